@@ -1,0 +1,34 @@
+# Two commands do everything on a fresh machine:
+#   make reproduce   regenerate figures/ at the default CPU scale
+#   make test        lint + the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+# The CPU build of torch lies on disk here; pinning it keeps pip from pulling a multi-GB CUDA build.
+# The package itself only asks for torch>=2.4.
+TORCH_CPU ?= torch==2.13.0
+SCALE ?= default
+
+.PHONY: install test lint reproduce clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_CPU)"
+	$(BIN)/python -m pip install --quiet -e ".[notebooks,test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+install: $(BIN)/.installed
+
+lint: install
+	$(BIN)/ruff check .
+
+test: install lint
+	$(BIN)/python -m pytest -q
+
+reproduce: install
+	$(BIN)/logra-repro reproduce --scale $(SCALE)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

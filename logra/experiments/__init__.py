@@ -1,0 +1,1 @@
+"""One module per notebook: `config(scale, **overrides)`, `run(config) -> DataFrame`, plots."""

@@ -1,0 +1,76 @@
+"""Figures, tables and claim rows, written atomically under figures/."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from logra.io import atomic_path, write_frame, write_text  # noqa: E402
+
+FIGURES_DIR = Path(__file__).resolve().parents[2] / "figures"
+VERDICTS = ("reproduced", "not reproduced", "partly", "needs GPU scale", "inconsistent as reported")
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One line of the claims ledger: what the report says beside what the kit measured."""
+
+    claim: str
+    reported: str
+    reproduced: str
+    scale: str
+    verdict: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+def save_figure(fig: plt.Figure, name: str, out_dir: str | Path = FIGURES_DIR) -> list[Path]:
+    """Write NAME.png (150 dpi) and NAME.pdf (vector) into out_dir; close the figure."""
+    paths = []
+    for suffix, kwargs in ((".png", {"dpi": 150}), (".pdf", {})):
+        path = Path(out_dir) / f"{name}{suffix}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=suffix[1:], bbox_inches="tight", **kwargs)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def save_table(frame: pd.DataFrame, name: str, out_dir: str | Path = FIGURES_DIR) -> list[Path]:
+    """Write NAME.csv and NAME.md (a Markdown table) into out_dir."""
+    out_dir = Path(out_dir)
+    csv = write_frame(out_dir / f"{name}.csv", frame)
+    md = write_text(out_dir / f"{name}.md", to_markdown(frame) + "\n")
+    return [csv, md]
+
+
+def save_claims(rows: list[ClaimRow], name: str, out_dir: str | Path = FIGURES_DIR) -> list[Path]:
+    """The claim rows a notebook tested, as figures/claims_NAME.{csv,md}."""
+    return save_table(claims_frame(rows), f"claims_{name}", out_dir)
+
+
+def claims_frame(rows: list[ClaimRow]) -> pd.DataFrame:
+    return pd.DataFrame([asdict(r) for r in rows], columns=list(ClaimRow.__dataclass_fields__))
+
+
+def to_markdown(frame: pd.DataFrame, digits: int = 4) -> str:
+    """A GitHub Markdown table (no `tabulate` dependency); floats to `digits` significant."""
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return "nan" if math.isnan(value) else f"{value:.{digits}g}"
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
+    return "\n".join([header, rule, *body])

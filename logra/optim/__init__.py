@@ -1,0 +1,7 @@
+"""Optimizers: LoGRA, the naive random-projection ablation, and KL probes. Imports only torch."""
+
+from logra.optim import kl, sketch
+from logra.optim.logra import LoGRA, sketch_shapes
+from logra.optim.naive import RandomProjectionAdam, projected_shape
+
+__all__ = ["LoGRA", "RandomProjectionAdam", "kl", "projected_shape", "sketch", "sketch_shapes"]

@@ -1,0 +1,147 @@
+"""KL divergences of a categorical policy: measured, and predicted for a given update.
+
+For logits z(θ) over a vocabulary and an update Δ, the second-order expansion of the KL between
+the old and the new policy is
+
+    KL(π_θ ‖ π_{θ+Δ}) ≈ ½ Δᵀ F Δ = ½ E_tokens[ Σ_k p_k v_k² − (Σ_k p_k v_k)² ],   v = J Δ,
+
+where J = ∂z/∂θ and F = Jᵀ (diag p − p pᵀ) J is the Fisher of the softmax. One forward-mode JVP
+of the logits with tangent Δ (`torch.func.jvp` over `torch.func.functional_call`) gives v exactly,
+without forming J or F. This is the natural-gradient quadratic of TRPO (Schulman et al. 2015) and
+ACKTR (Wu et al. 2017).
+
+PyTorch's fused SDPA kernels have no forward-mode derivative, so the JVP runs under
+`sdpa_kernel(SDPBackend.MATH)`, which every attention implementation of `transformers` accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, jvp
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def logits_of(output: Any) -> Tensor:
+    """The logits of a model's output: the tensor itself, or its `.logits` (transformers)."""
+    if isinstance(output, Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if logits is None:
+        raise TypeError(f"cannot find logits in a model output of type {type(output).__name__}")
+    return logits
+
+
+def _token_mean(values: Tensor, token_mask: Tensor | None) -> Tensor:
+    """Mean of per-token values (shape …) over the tokens where token_mask (same shape) is true."""
+    if token_mask is None:
+        return values.mean()
+    mask = token_mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def categorical_kl(
+    logits_p: Tensor, logits_q: Tensor, token_mask: Tensor | None = None
+) -> Tensor:
+    """Mean per-token KL(p ‖ q) = Σ_k p_k (log p_k − log q_k), from full softmaxes, in fp32.
+
+    logits_p, logits_q: (…, vocab); token_mask: (…) booleans, or None for every token.
+    """
+    log_p = torch.log_softmax(logits_p.float(), dim=-1)
+    log_q = torch.log_softmax(logits_q.float(), dim=-1)
+    per_token = (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+    return _token_mean(per_token, token_mask)
+
+
+def fisher_quadratic(logits: Tensor, tangent: Tensor, token_mask: Tensor | None = None) -> Tensor:
+    """½ E_tokens[Σ_k p_k v_k² − (Σ_k p_k v_k)²] for logits (…, vocab) and v = tangent (…, vocab)."""
+    p = torch.softmax(logits.float(), dim=-1)
+    v = tangent.float()
+    mean_v = (p * v).sum(dim=-1)
+    per_token = (p * v.square()).sum(dim=-1) - mean_v.square()
+    return 0.5 * _token_mean(per_token, token_mask)
+
+
+def predicted_kl_jvp(
+    model: nn.Module,
+    delta: Mapping[str, Tensor],
+    args: tuple = (),
+    kwargs: Mapping[str, Any] | None = None,
+    token_mask: Tensor | None = None,
+) -> Tensor:
+    """½ Δᵀ F Δ of `model`'s categorical policy on one batch, by one forward-mode JVP.
+
+    delta maps parameter names (as in `model.named_parameters()`) to update tensors of the same
+    shapes; parameters not named keep their values and get no tangent. The model runs in eval
+    mode for this pass (restored afterwards) so that dropout does not enter the prediction.
+    """
+    kwargs = dict(kwargs or {})
+    named = dict(model.named_parameters())
+    unknown = sorted(set(delta) - set(named))
+    if unknown:
+        raise KeyError(f"delta names parameters the model does not have: {unknown[:5]}")
+    names = list(delta)
+    primals = tuple(named[name].detach() for name in names)
+    tangents = tuple(delta[name].to(named[name].dtype) for name in names)
+
+    def logits_at(*weights: Tensor) -> Tensor:
+        out = functional_call(model, dict(zip(names, weights, strict=True)), args, kwargs)
+        return logits_of(out)
+
+    was_training = model.training
+    model.eval()
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            logits, logit_tangent = jvp(logits_at, primals, tangents)
+    finally:
+        model.train(was_training)
+    return fisher_quadratic(logits, logit_tangent, token_mask)
+
+
+class BatchRecorder:
+    """Remembers the inputs of a model's most recent forward pass (a forward pre-hook).
+
+    Trainers such as `transformers.Trainer` and TRL call `optimizer.step()` with no arguments;
+    the JVP predictor then replays the last batch the model saw. Tensors are kept by reference
+    (no copy), detached. `token_mask_fn(args, kwargs)` may pick the tokens that count; by default
+    the `attention_mask` keyword if present, else every token.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        token_mask_fn: Callable[[tuple, dict], Tensor | None] | None = None,
+    ) -> None:
+        self.model = model
+        self.token_mask_fn = token_mask_fn or _attention_mask
+        self.args: tuple | None = None
+        self.kwargs: dict[str, Any] = {}
+        self._handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    def _record(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if not torch.is_grad_enabled() and self.args is not None:
+            return  # keep the training batch, not a later evaluation or generation pass
+        self.args = tuple(_detach(a) for a in args)
+        self.kwargs = {k: _detach(v) for k, v in kwargs.items()}
+
+    @property
+    def has_batch(self) -> bool:
+        return self.args is not None
+
+    def token_mask(self) -> Tensor | None:
+        return self.token_mask_fn(self.args or (), self.kwargs)
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def _attention_mask(args: tuple, kwargs: dict) -> Tensor | None:
+    mask = kwargs.get("attention_mask")
+    return mask.bool() if isinstance(mask, Tensor) and mask.dim() == 2 else None
+
+
+def _detach(value: Any) -> Any:
+    return value.detach() if isinstance(value, Tensor) else value
