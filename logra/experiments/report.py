@@ -10,10 +10,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from logra.io import atomic_path, write_frame, write_text  # noqa: E402
+from logra.io import atomic_path, write_frame, write_text
 
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "figures"
 VERDICTS = ("reproduced", "not reproduced", "partly", "needs GPU scale", "inconsistent as reported")

@@ -57,7 +57,7 @@ def categorical_kl(
 
 
 def fisher_quadratic(logits: Tensor, tangent: Tensor, token_mask: Tensor | None = None) -> Tensor:
-    """½ E_tokens[Σ_k p_k v_k² − (Σ_k p_k v_k)²] for logits (…, vocab) and v = tangent (…, vocab)."""
+    """½ E_tokens[Σ_k p_k v_k² − (Σ_k p_k v_k)²] for logits and v = tangent, both (…, vocab)."""
     p = torch.softmax(logits.float(), dim=-1)
     v = tangent.float()
     mean_v = (p * v).sum(dim=-1)

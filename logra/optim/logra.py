@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import torch
@@ -176,7 +177,8 @@ class LoGRA(Optimizer):
         merged = {**self.defaults, **param_group}
         _validate_group(merged)
         params = param_group["params"]
-        params = [params] if isinstance(params, Tensor) else list(params)
+        params = [params] if isinstance(params, Tensor) else list(params)  # may be a generator
+        param_group = {**param_group, "params": params}
         for i, p in enumerate(params):
             p = p[1] if isinstance(p, tuple) else p
             if isinstance(p, Tensor) and p.is_complex():
@@ -217,13 +219,15 @@ class LoGRA(Optimizer):
                 loss = closure()
 
         slots = self._slots_with_grad()
+        control = self.predicted_kl_threshold is not None
+        if control and self.kl_estimator == "jvp":
+            kl_inputs = self._kl_inputs(slots)  # fails before any state changes
         if not all(bool(torch.isfinite(s.param.grad).all()) for s in slots):
             self.skipped_steps += 1
             self.last_step = dict(predicted_kl=math.nan, applied_kl=math.nan, gamma=0.0,
                                   clipped=False, skipped=True, skipped_steps=self.skipped_steps)
             return loss
 
-        control = self.predicted_kl_threshold is not None
         want_diag = control and self.kl_estimator == "diag"
         diag_kl = torch.zeros((), dtype=torch.float32)
         for slot in slots:
@@ -239,7 +243,7 @@ class LoGRA(Optimizer):
         elif self.kl_estimator == "diag":
             predicted = 0.5 * self.kl_calibration * float(diag_kl)
         else:
-            predicted = float(self._jvp_kl(slots))
+            predicted = float(self._jvp_kl(slots, *kl_inputs))
         gamma = 1.0
         if control and predicted > self.predicted_kl_threshold:
             gamma = math.sqrt(self.predicted_kl_threshold / predicted)
@@ -372,23 +376,30 @@ class LoGRA(Optimizer):
         bias2 = 1 - beta2**step
         return torch.dot(grad.float().square().flatten(), exp_avg_sq.flatten()) / bias2
 
-    def _jvp_kl(self, slots: list[_Slot]) -> Tensor:
-        """½ΔᵀFΔ by forward-mode JVP on the explicit batch, else on the attached model's last."""
-        model = self._kl_model
+    def _kl_inputs(self, slots: list[_Slot]) -> tuple[nn.Module, tuple, dict, Tensor | None]:
+        """The model and batch the JVP estimator predicts on: explicit first, else recorded."""
         if self._kl_batch is not None:
-            args, kwargs, token_mask = self._kl_batch
+            inputs = (self._kl_model, *self._kl_batch)
         elif self._recorder is not None and self._recorder.has_batch:
-            args, kwargs = self._recorder.args, self._recorder.kwargs
-            token_mask = self._recorder.token_mask()
+            recorder = self._recorder
+            inputs = (self._kl_model, recorder.args, recorder.kwargs, recorder.token_mask())
         else:
             raise RuntimeError(
                 "kl_estimator='jvp' needs a batch: call optimizer.attach(model) and run a "
                 "forward pass, or optimizer.set_kl_batch(model, ...) before step()"
             )
-        names = {id(p): name for name, p in model.named_parameters()}
-        missing = [s.name for s in slots if id(s.param) not in names]
+        in_model = {id(p) for p in inputs[0].parameters()}
+        missing = [s.name for s in slots if id(s.param) not in in_model]
         if missing:
-            raise RuntimeError(f"parameters not in the KL model: {missing[:5]}")
+            raise RuntimeError(f"parameters the KL model does not have: {missing[:5]}")
+        return inputs
+
+    def _jvp_kl(
+        self, slots: list[_Slot], model: nn.Module, args: tuple, kwargs: dict,
+        token_mask: Tensor | None,
+    ) -> Tensor:
+        """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits on the batch."""
+        names = {id(p): name for name, p in model.named_parameters()}
         delta = {names[id(s.param)]: s.param.grad.view_as(s.param) for s in slots}
         return predicted_kl_jvp(model, delta, args, kwargs, token_mask)
 
@@ -401,20 +412,24 @@ class LoGRA(Optimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load as AdamW does, but keep the moments fp32 (torch casts them to the param dtype).
+
+        `Optimizer.load_state_dict` casts every floating state tensor to its parameter's dtype,
+        which would round the fp32 moments of bf16 parameters to bf16; the saved fp32 tensors
+        are put back afterwards, moved to the parameter's device.
+        """
         state_dict = dict(state_dict)
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         self._projection_cache.clear()
         super().load_state_dict(state_dict)
-
-    @staticmethod
-    def _process_value_according_to_param_policy(
-        param: Tensor, value: Tensor, param_id: int, param_groups: list, key: Any = None
-    ) -> Tensor:
-        # torch casts loaded state to the parameter's dtype; LoGRA's state is fp32 by design
-        # (bf16 parameters keep fp32 moments), and its step counter stays on the CPU.
-        if key == "step":
-            return value
-        return value.to(device=param.device)
+        saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+        current = chain.from_iterable(g["params"] for g in self.param_groups)
+        param_of = dict(zip(saved_ids, current, strict=True))
+        for saved_id, saved in state_dict["state"].items():
+            p = param_of[saved_id]
+            for key, value in saved.items():
+                if isinstance(value, Tensor) and key != "step":
+                    self.state[p][key] = value.to(p.device, torch.float32, copy=True)
 
 
 def adam_direction(

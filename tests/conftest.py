@@ -1,0 +1,25 @@
+"""Shared fixtures. The suite runs on two CPU cores; keep torch to one thread per process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def tiny_qwen2():
+    """A randomly initialised 2-layer Qwen2 causal LM (~60k parameters), built from a config."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    def build(seed: int = 0, vocab_size: int = 48) -> Qwen2ForCausalLM:
+        torch.manual_seed(seed)
+        config = Qwen2Config(
+            vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+            tie_word_embeddings=True,
+        )
+        return Qwen2ForCausalLM(config)
+
+    return build
