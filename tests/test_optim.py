@@ -313,3 +313,36 @@ def test_naive_projection_compresses_the_larger_side() -> None:
     wide.grad = torch.randn(16, 80)
     opt.step()
     assert opt.state[wide]["exp_avg"].shape == (16, 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "atol"),
+    [(dict(), 1e-6), (dict(maximize=True, refresh_every=7), 1e-6),
+     (dict(kl_estimator="diag", predicted_kl_threshold=1e-9), 1e-6),  # clipped every step
+     # The sketches agree bitwise; batched and single pinv (SVD) differ in the last bits, which
+     # the Nyström core's pseudo-inverse amplifies over 20 steps at lr 1e-2.
+     (dict(reconstruction="nystrom", oversample=2), 1e-5)],
+    ids=["gain", "maximize-refresh", "clipped", "nystrom"],
+)
+def test_batched_and_loop_paths_agree(kwargs: dict, atol: float) -> None:
+    """foreach=True (stacked matmuls, _foreach_*) against foreach=False (per-parameter loop)."""
+    def build() -> nn.Module:
+        torch.manual_seed(0)  # three 32×32 matrices, so a stack has B = 3
+        return nn.Sequential(mixed_model(), nn.Linear(10, 32), nn.Linear(32, 32),
+                             nn.Linear(32, 32), nn.Linear(32, 10))
+
+    def run(foreach: bool) -> tuple[nn.Module, LoGRA]:
+        model = build()
+        opt = LoGRA(model.parameters(), lr=1e-2, rank=4, foreach=foreach, **kwargs)
+        train(model, opt, range(20))
+        return model, opt
+
+    loop, loop_opt = run(False)
+    stacked, stacked_opt = run(True)
+    for a, b in zip(loop.parameters(), stacked.parameters(), strict=True):
+        torch.testing.assert_close(b, a, atol=atol, rtol=0)
+    assert loop_opt.last_step["gamma"] == pytest.approx(stacked_opt.last_step["gamma"], rel=1e-5)
+    x, y = batch(0)
+    nn.functional.cross_entropy(stacked(x), y).backward()
+    units = stacked_opt._units(stacked_opt._slots_with_grad())
+    assert any(u.batched and u.sketched and len(u.slots) > 1 for u in units)

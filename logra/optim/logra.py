@@ -29,8 +29,11 @@ Fisher of a categorical policy through one forward-mode JVP (`kl_estimator="jvp"
 
 Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n). P and Q are
 regenerated from (seed, parameter key, refresh epoch) every step and never stored, unless
-`cache_projections=True`. The gradient buffer is free once sketched, so it holds Δ between the
-two passes: after `step()`, `p.grad` contains the unscaled update Δ, not the gradient.
+`cache_projections=True`. Δ itself is never stored: it is recomputed a block of rows at a time
+for the KL estimate and for the update (`logra.optim.updates`), so the step's peak memory is
+parameters + gradients + state + cache-sized blocks. The one exception is `kl_estimator="jvp"`,
+whose JVP needs Δ whole: it is written into the gradient buffer (free once sketched), so after
+such a step `p.grad` holds the unscaled Δ, not the gradient.
 
 Why "gain" is the default: it is a positive row/column rescaling of the current gradient, hence
 always a descent direction, and keeps full rank every step. The literal Nyström reading is an
@@ -52,8 +55,10 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
+from logra.optim import batched
 from logra.optim import sketch as sk
 from logra.optim.kl import BatchRecorder, predicted_kl_jvp
+from logra.optim.updates import DenseUpdate, GainUpdate, NystromUpdate, Update, as_matrix
 
 RECONSTRUCTIONS = ("gain", "nystrom")
 KL_ESTIMATORS = ("diag", "jvp")
@@ -77,6 +82,10 @@ def sketch_shapes(
     return (k, n), (m, rank)
 
 
+# foreach=None batches tensors of at most this many elements (see LoGRA._units).
+BATCH_MAX_NUMEL = 1 << 18
+
+
 @dataclass
 class _Slot:
     """One parameter with a gradient in this step."""
@@ -85,6 +94,15 @@ class _Slot:
     param: Tensor
     key: int  # position in the optimizer's parameter order: the stable key of its projections
     name: str
+
+
+@dataclass
+class _Unit:
+    """Parameters updated together: one, or a batch (same group, shape and step)."""
+
+    sketched: bool
+    batched: bool
+    slots: list[_Slot]
 
 
 class LoGRA(Optimizer):
@@ -164,7 +182,7 @@ class LoGRA(Optimizer):
         self.refresh_every = refresh_every
         self.skipped_steps = 0
         self.last_step: dict[str, Any] = {}
-        self._projection_cache: dict[int, tuple[int, Tensor, Tensor]] = {}
+        self._projection_cache: dict[tuple, Tensor] = {}
         self._recorder: BatchRecorder | None = None
         self._kl_model: nn.Module | None = None
         self._kl_batch: tuple[tuple, dict, Tensor | None] | None = None
@@ -212,7 +230,13 @@ class LoGRA(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        """One LoGRA step: sketch, update moments, reconstruct Δ, bound KL̂, apply γΔ."""
+        """One LoGRA step: sketch, update moments, predict KL̂ of Δ, apply γΔ.
+
+        Three passes over each sketched matrix: one reads G for both sketches, one evaluates
+        Σ F Δ² (skipped without control), one writes W + γΔ; Δ is recomputed block by block
+        rather than stored. With `kl_estimator="jvp"` the JVP needs Δ whole, so it is written
+        into the gradient buffer (free once sketched) and applied from there.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -220,39 +244,44 @@ class LoGRA(Optimizer):
 
         slots = self._slots_with_grad()
         control = self.predicted_kl_threshold is not None
-        if control and self.kl_estimator == "jvp":
-            kl_inputs = self._kl_inputs(slots)  # fails before any state changes
-        if not all(bool(torch.isfinite(s.param.grad).all()) for s in slots):
+        jvp = control and self.kl_estimator == "jvp"
+        kl_inputs = self._kl_inputs(slots) if jvp else None  # fails before any state changes
+
+        units = self._units(slots)
+        sketches = [self._sketch_unit(unit) for unit in units]
+        if not _finite([t for unit, sketch in zip(units, sketches, strict=True)
+                        for t in (sketch[-2:] if sketch else [s.param.grad for s in unit.slots])]):
             self.skipped_steps += 1
             self.last_step = dict(predicted_kl=math.nan, applied_kl=math.nan, gamma=0.0,
                                   clipped=False, skipped=True, skipped_steps=self.skipped_steps)
             return loss
 
-        want_diag = control and self.kl_estimator == "diag"
-        diag_kl = torch.zeros((), dtype=torch.float32)
-        for slot in slots:
-            if sk_shapes := self._sketch_shapes(slot):
-                fisher_term = self._sketched_delta(slot, sk_shapes, want_diag)
-            else:
-                fisher_term = self._dense_delta(slot, want_diag)
-            if fisher_term is not None:
-                diag_kl = diag_kl + fisher_term.cpu()
+        updates = [self._update_unit(unit, sketch)
+                   for unit, sketch in zip(units, sketches, strict=True)]
 
-        if not control:
-            predicted = math.nan
-        elif self.kl_estimator == "diag":
-            predicted = 0.5 * self.kl_calibration * float(diag_kl)
-        else:
+        predicted = math.nan
+        if jvp:
+            for update in updates:
+                update.store_delta()
             predicted = float(self._jvp_kl(slots, *kl_inputs))
+        elif control:
+            fisher = sum((u.predicted_fisher().cpu() for u in updates), torch.zeros(()))
+            predicted = 0.5 * self.kl_calibration * float(fisher)
         gamma = 1.0
         if control and predicted > self.predicted_kl_threshold:
             gamma = math.sqrt(self.predicted_kl_threshold / predicted)
-        skipped = not math.isfinite(gamma) or (control and not math.isfinite(predicted))
+
+        skipped = control and not math.isfinite(predicted)
         if skipped:  # Δ overflowed although the gradients were finite: keep the weights
             self.skipped_steps += 1
-        else:
+        elif jvp:
             for slot in slots:
-                slot.param.add_(slot.param.grad.view_as(slot.param), alpha=gamma)
+                slot.param.add_(slot.param.grad, alpha=gamma)
+        else:
+            for update in updates:
+                update.apply(gamma)
+        if not self.cache_projections:
+            self._projection_cache.clear()
         self.last_step = dict(
             predicted_kl=predicted,
             applied_kl=gamma**2 * predicted if control else math.nan,
@@ -275,6 +304,8 @@ class LoGRA(Optimizer):
                         raise TypeError(f"LoGRA does not support sparse gradients ({name})")
                     if p.grad.is_complex():
                         raise TypeError(f"LoGRA does not support complex gradients ({name})")
+                    if not p.grad.is_contiguous():
+                        p.grad = p.grad.contiguous()
                     slots.append(_Slot(group, p, key, name))
                 key += 1
         return slots
@@ -285,43 +316,135 @@ class LoGRA(Optimizer):
             return None
         return sketch_shapes(slot.param.shape, group["rank"], group["oversample"])
 
-    def _projections(
-        self, slot: _Slot, m: int, n: int, epoch: int
-    ) -> tuple[Tensor, Tensor]:
-        """P (m×k) and Q (n×r) of a parameter at a refresh epoch, regenerated or cached."""
-        cached = self._projection_cache.get(slot.key)
-        if cached is not None and cached[0] == epoch:
-            return cached[1], cached[2]
-        P, Q = _draw_projections(slot, m, n, epoch)
-        if self.cache_projections:
-            self._projection_cache[slot.key] = (epoch, P, Q)
-        return P, Q
+    def _projections(self, slot: _Slot, epoch: int) -> tuple[Tensor, Tensor]:
+        """P (m×k) and Q (n×r) of a parameter at a refresh epoch.
 
-    def _sketched_delta(self, slot: _Slot, shapes, want_diag: bool) -> Tensor | None:
-        """Write Δ of a sketched matrix into its gradient buffer; return its Σ V̂Δ² if wanted."""
-        group, p = slot.group, slot.param
-        (k, n), (m, r) = shapes
-        beta1, beta2 = group["betas"]
-        state = self.state[p]
+        Projections depend on the shape, not on the parameter: every matrix with m rows shares
+        one P, every matrix with n columns one Q, drawn from (seed, dimension, columns, epoch).
+        That is one QR per distinct shape and step, identical on every rank and after a restart
+        whatever the parameter order, and each matrix's sketch is still a random projection.
+        Without `cache_projections` they live for one step; with it (m·k + n·r floats per
+        distinct shape), for good.
+        """
+        group, shape, device = slot.group, slot.param.shape, slot.param.device
+        m, n = shape[0], math.prod(shape[1:])
+        rank = group["rank"]
+        return (self._projection(group["seed"], 0, m, rank + group["oversample"], epoch, device),
+                self._projection(group["seed"], 1, n, rank, epoch, device))
+
+    def _projection(self, seed: int, side: int, dim: int, cols: int, epoch: int, device):
+        key = (seed, side, dim, cols, epoch, str(device))
+        projection = self._projection_cache.get(key)
+        if projection is None:
+            projection = sk.orthonormal_projection(
+                dim, cols, _projection_seed(seed, side, dim, cols, epoch), device)
+            for stale in [k for k in self._projection_cache if k[:4] == key[:4]]:
+                del self._projection_cache[stale]  # an earlier refresh epoch's projection
+            self._projection_cache[key] = projection
+        return projection
+
+    def _epoch(self, step: int) -> int:
+        return 0 if self.refresh_every is None else (step - 1) // self.refresh_every
+
+    def _units(self, slots: list[_Slot]) -> list[_Unit]:
+        """Partition the parameters into units updated together.
+
+        A parameter is batched when its group says `foreach=True`, or by default (None) when it
+        has at most BATCH_MAX_NUMEL elements: small tensors cost Python time, large ones
+        memory traffic, which the cache-blocked loop keeps low. Batched sketched matrices are
+        grouped by (param group, shape, step); batched dense tensors by (param group, step).
+        """
+        units: dict[tuple, _Unit] = {}
+        for slot in slots:
+            foreach = slot.group["foreach"]
+            batched = slot.param.numel() <= BATCH_MAX_NUMEL if foreach is None else foreach
+            sketched = self._sketch_shapes(slot) is not None
+            state = self.state[slot.param]
+            step = int(state["step"].item()) if state else 0
+            key = ((id(slot.group), sketched, tuple(slot.param.shape) if sketched else (), step)
+                   if batched else (slot.key,))
+            units.setdefault(key, _Unit(sketched, batched, [])).slots.append(slot)
+        return list(units.values())
+
+    def _sketch_unit(self, unit: _Unit) -> tuple | None:
+        """Sketches of a unit's gradients, changing no state: (P, Q, L, R), or (P, Q, G, L, R)
+        with the stacked gradients when batched; None for dense units."""
+        if not unit.sketched:
+            return None
+        first = unit.slots[0]
+        state = self.state[first.param]
+        P, Q = self._projections(first, self._epoch(int(state["step"].item()) + 1 if state else 1))
+        if not unit.batched:
+            return (P, Q, *sk.sketch(as_matrix(first.param.grad), P, Q))
+        return (P, Q, *batched.stacked_sketch([s.param.grad for s in unit.slots], P, Q))
+
+    def _update_unit(self, unit: _Unit, sketch: tuple | None):
+        """Update the unit's moments and return the rule that yields its Δ."""
+        if unit.sketched and unit.batched:
+            return self._stacked_update(unit.slots, *sketch)
+        if unit.sketched:
+            return self._sketched_update(unit.slots[0], *sketch)
+        if unit.batched:
+            return self._foreach_dense_update(unit.slots)
+        return self._dense_update(unit.slots[0])
+
+    def _sketch_state(self, slot: _Slot, L: Tensor, R: Tensor) -> dict:
+        """The slot's state, created on first use, with its step counter advanced."""
+        state = self.state[slot.param]
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32)
             state["epoch"] = 0
-            for name, shape in (("L", (k, n)), ("R", (m, r))):
-                state[f"exp_avg_{name}"] = torch.zeros(shape, dtype=torch.float32, device=p.device)
-                state[f"exp_avg_sq_{name}"] = torch.zeros_like(state[f"exp_avg_{name}"])
+            for side, sketch in (("L", L), ("R", R)):
+                state[f"exp_avg_{side}"] = torch.zeros_like(sketch)
+                state[f"exp_avg_sq_{side}"] = torch.zeros_like(sketch)
         state["step"] += 1
-        step = int(state["step"].item())
-        epoch = 0 if self.refresh_every is None else (step - 1) // self.refresh_every
-        P, Q = self._projections(slot, m, n, epoch)
-        if epoch != state["epoch"]:
-            self._resketch_moments(slot, state, P, Q, m, n)
+        return state
 
-        if not p.grad.is_contiguous():
-            p.grad = p.grad.contiguous()
-        grad = p.grad.view(m, n)
+    def _stacked_update(
+        self, slots: list[_Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor
+    ) -> batched.StackedUpdate:
+        """Moments of B same-shaped matrices by foreach ops; their Δ on the stack."""
+        group = slots[0].group
+        beta1, beta2 = group["betas"]
+        states = [self._sketch_state(s, L[0], R[0]) for s in slots]
+        step = int(states[0]["step"].item())
+        for slot, state in zip(slots, states, strict=True):
+            if self._epoch(step) != state["epoch"]:
+                self._resketch_moments(slot, state, P, Q)
         if group["maximize"]:
-            grad.neg_()
-        L, R = sk.sketch(grad, P, Q)
+            L, R = L.neg_(), R.neg_()
+        m_L, v_L, m_R, v_R = ([s[name] for s in states] for name in
+                              ("exp_avg_L", "exp_avg_sq_L", "exp_avg_R", "exp_avg_sq_R"))
+        for moments, squares, sketch in ((m_L, v_L, L), (m_R, v_R, R)):
+            parts = list(sketch.unbind(0))
+            torch._foreach_lerp_(moments, parts, 1 - beta1)
+            torch._foreach_mul_(squares, beta2)
+            torch._foreach_addcmul_(squares, parts, parts, value=1 - beta2)
+        bias1, bias2 = 1 - beta1**step, 1 - beta2**step
+        m_L, m_R = torch.stack(m_L).div_(bias1), torch.stack(m_R).div_(bias1)
+        v_L, v_R = torch.stack(v_L).div_(bias2), torch.stack(v_R).div_(bias2)
+        rho, kappa = sk.energies(v_R, v_L)
+        params = [s.param for s in slots]
+        lr, weight_decay = float(group["lr"]), group["weight_decay"]
+        if group["reconstruction"] == "gain":
+            u_L = m_L.div_(v_L.sqrt_().add_(group["eps"]))
+            u_R = m_R.div_(v_R.sqrt_().add_(group["eps"]))
+            sign = -1.0 if group["maximize"] else 1.0
+            return batched.gain_update(params, G, L, R, u_L, u_R, rho, kappa, lr,
+                                       weight_decay, sign)
+        return batched.nystrom_update(params, G, m_R, m_L, P, group["rtol"], rho, kappa,
+                                      group["eps"], lr, weight_decay)
+
+    def _sketched_update(self, slot: _Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor) -> Update:
+        """Update the sketch moments with (L, R); return the rule that yields Δ."""
+        group, p = slot.group, slot.param
+        beta1, beta2 = group["betas"]
+        state = self._sketch_state(slot, L, R)
+        step = int(state["step"].item())
+        if self._epoch(step) != state["epoch"]:
+            self._resketch_moments(slot, state, P, Q)
+        if group["maximize"]:
+            L, R = L.neg_(), R.neg_()
         m_L, v_L = state["exp_avg_L"], state["exp_avg_sq_L"]
         m_R, v_R = state["exp_avg_R"], state["exp_avg_sq_R"]
         m_L.lerp_(L, 1 - beta1)
@@ -331,50 +454,69 @@ class LoGRA(Optimizer):
 
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         rho, kappa = sk.energies(v_R / bias2, v_L / bias2)
+        common = dict(param=p, lr=float(group["lr"]),
+                      weight_decay=group["weight_decay"],
+                      row_weight=rho / rho.sum().clamp_min(1e-30), col_weight=kappa)
         if group["reconstruction"] == "gain":
             u_L = (m_L / bias1).div_((v_L / bias2).sqrt_().add_(group["eps"]))
             u_R = (m_R / bias1).div_((v_R / bias2).sqrt_().add_(group["eps"]))
-            sk.gain_scale_(grad, L, R, u_L, u_R)
-        else:
-            sk.nystrom_into(grad, m_R / bias1, m_L / bias1, P, group["rtol"])
-            sk.normalize_by_rank1_(grad, rho, kappa, group["eps"])
-        _finish_delta(grad, p.view(m, n), group)
-        if not want_diag:
-            return None
-        return sk.weighted_sq_norm(grad, rho / rho.sum().clamp_min(1e-30), kappa)
+            row_gain, col_gain = sk.gain_factors(L, R, u_L, u_R)
+            if group["maximize"]:
+                row_gain.neg_()  # D = √s ⊙ (−G) ⊙ √c on the unnegated gradient
+            return GainUpdate(grad=as_matrix(p.grad), row_gain=row_gain, col_gain=col_gain,
+                              **common)
+        left = m_R / bias1
+        right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"])
+        return NystromUpdate(left=left, right=right, eps=group["eps"], **common)
 
-    def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor, m: int, n: int):
+    def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor) -> None:
         """Carry the moments from the previous epoch's projections into P, Q."""
-        P_old, _ = _draw_projections(slot, m, n, state["epoch"])
+        group, m = slot.group, slot.param.shape[0]
+        k = group["rank"] + group["oversample"]
+        P_old = sk.orthonormal_projection(
+            m, k, _projection_seed(group["seed"], 0, m, k, state["epoch"]), slot.param.device)
         state["exp_avg_L"], state["exp_avg_R"] = sk.transport_first_moment(
             state["exp_avg_R"], state["exp_avg_L"], P_old, P, Q, slot.group["rtol"]
         )
         state["exp_avg_sq_L"], state["exp_avg_sq_R"] = sk.transport_second_moment(
             state["exp_avg_sq_R"], state["exp_avg_sq_L"], P, Q
         )
-        state["epoch"] = (int(state["step"].item()) - 1) // self.refresh_every
+        state["epoch"] = self._epoch(int(state["step"].item()))
 
-    def _dense_delta(self, slot: _Slot, want_diag: bool) -> Tensor | None:
-        """AdamW's update of a 1-D, small or unsketched parameter, written into its gradient."""
-        group, p = slot.group, slot.param
-        beta1, beta2 = group["betas"]
-        state = self.state[p]
+    def _dense_state(self, slot: _Slot) -> dict:
+        """AdamW's fp32 moments of the slot, created on first use, step counter advanced."""
+        state = self.state[slot.param]
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(slot.param, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(slot.param, dtype=torch.float32)
         state["step"] += 1
+        return state
+
+    def _dense_update(self, slot: _Slot) -> Update:
+        """AdamW's moments for a 1-D, small or unsketched parameter; return its rule."""
+        group, p = slot.group, slot.param
+        beta1, beta2 = group["betas"]
+        state = self._dense_state(slot)
         step = int(state["step"].item())
-        grad = p.grad
+        grad = p.grad.float()
         if group["maximize"]:
-            grad.neg_()
+            grad = -grad
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        grad.copy_(adam_direction(grad, exp_avg, exp_avg_sq, step, beta1, beta2, group["eps"]))
-        _finish_delta(grad, p, group)
-        if not want_diag:
-            return None
-        bias2 = 1 - beta2**step
-        return torch.dot(grad.float().square().flatten(), exp_avg_sq.flatten()) / bias2
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        return DenseUpdate(
+            param=p, lr=float(group["lr"]), weight_decay=group["weight_decay"],
+            exp_avg=as_matrix(exp_avg), exp_avg_sq=as_matrix(exp_avg_sq),
+            bias1=1 - beta1**step, bias2=1 - beta2**step, eps=group["eps"],
+        )
+
+    def _foreach_dense_update(self, slots: list[_Slot]) -> batched.ForeachDenseUpdate:
+        states = [self._dense_state(s) for s in slots]
+        return batched.ForeachDenseUpdate.build(
+            [s.param for s in slots], [st["exp_avg"] for st in states],
+            [st["exp_avg_sq"] for st in states], int(states[0]["step"].item()), slots[0].group,
+        )
 
     def _kl_inputs(self, slots: list[_Slot]) -> tuple[nn.Module, tuple, dict, Tensor | None]:
         """The model and batch the JVP estimator predicts on: explicit first, else recorded."""
@@ -398,9 +540,9 @@ class LoGRA(Optimizer):
         self, slots: list[_Slot], model: nn.Module, args: tuple, kwargs: dict,
         token_mask: Tensor | None,
     ) -> Tensor:
-        """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits on the batch."""
+        """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits, Δ read from the grad buffers."""
         names = {id(p): name for name, p in model.named_parameters()}
-        delta = {names[id(s.param)]: s.param.grad.view_as(s.param) for s in slots}
+        delta = {names[id(s.param)]: s.param.grad for s in slots}
         return predicted_kl_jvp(model, delta, args, kwargs, token_mask)
 
     # ------------------------------------------------------------------ checkpoints
@@ -449,20 +591,19 @@ def adam_direction(
     return exp_avg.div(denom).mul_(1 / bias1)
 
 
-def _draw_projections(slot: _Slot, m: int, n: int, epoch: int) -> tuple[Tensor, Tensor]:
-    group = slot.group
-    seed, rank, k = group["seed"], group["rank"], group["rank"] + group["oversample"]
-    P = sk.orthonormal_projection(m, k, sk.seed_for(seed, slot.key, epoch, 0), slot.param.device)
-    Q = sk.orthonormal_projection(n, rank, sk.seed_for(seed, slot.key, epoch, 1), slot.param.device)
-    return P, Q
+def _projection_seed(seed: int, side: int, dim: int, cols: int, epoch: int) -> int:
+    """Seed of the projection with `cols` orthonormal columns in dimension `dim` (side 0: P)."""
+    return sk.seed_for(seed, (dim << 20) | cols, epoch, side)
 
 
-def _finish_delta(delta: Tensor, param: Tensor, group: dict[str, Any]) -> None:
-    """Δ ← −lr·(U + λ·W): the learning rate and decoupled weight decay, in place."""
-    lr = float(group["lr"])
-    delta.mul_(-lr)
-    if group["weight_decay"] != 0:
-        delta.add_(param, alpha=-lr * group["weight_decay"])
+def _finite(tensors: list[Tensor]) -> bool:
+    """All entries finite, in one foreach reduction (max |x| propagates NaN and ∞).
+
+    For a sketched matrix the check runs on L and R: a NaN or ∞ anywhere in G reaches them.
+    """
+    if not tensors:
+        return True
+    return bool(torch.stack(torch._foreach_norm(tensors, math.inf)).isfinite().all())
 
 
 def _validate_group(group: dict[str, Any]) -> None:

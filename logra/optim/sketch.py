@@ -11,11 +11,20 @@ Everything here is stateless: the optimizer owns the moments and calls these fun
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
-# Rows processed at once by `weighted_sq_norm`: bounds its temporary to CHUNK_ROWS × n floats.
-CHUNK_ROWS = 256
+# Elements per block of rows: 2^18 fp32 numbers = 1 MiB, which stays in a core's cache.
+BLOCK_ELEMENTS = 1 << 18
+
+
+def row_blocks(rows: int, cols: int) -> Iterator[slice]:
+    """Consecutive row ranges of about BLOCK_ELEMENTS elements each."""
+    step = max(1, BLOCK_ELEMENTS // max(cols, 1))
+    for start in range(0, rows, step):
+        yield slice(start, min(start + step, rows))
 
 
 def seed_for(seed: int, key: int, epoch: int, side: int) -> int:
@@ -48,9 +57,19 @@ def orthonormal_projection(
 
 
 def sketch(grad: Tensor, P: Tensor, Q: Tensor) -> tuple[Tensor, Tensor]:
-    """Left and right sketches of an m×n matrix in fp32: (Pᵀ G: k×n, G Q: m×r)."""
-    g = grad.float()
-    return P.T @ g, g @ Q
+    """Left and right sketches of an m×n matrix in fp32: (Pᵀ G: k×n, G Q: m×r).
+
+    One pass over G, a block of rows at a time: L accumulates P_bᵀ G_b and R_b = G_b Q is
+    written, while G_b is in cache. A bf16 gradient is converted one block at a time.
+    """
+    m, n = grad.shape
+    L = torch.zeros(P.shape[1], n, dtype=torch.float32, device=grad.device)
+    R = torch.empty(m, Q.shape[1], dtype=torch.float32, device=grad.device)
+    for rows in row_blocks(m, n):
+        block = grad[rows].float()
+        L.addmm_(P[rows].T, block)
+        torch.mm(block, Q, out=R[rows])
+    return L, R
 
 
 def nystrom(m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float) -> Tensor:
@@ -62,18 +81,12 @@ def nystrom(m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float) -> Tensor:
     non-zero one), which is what keeps the oblique projection from blowing up when rank(M) > r.
     A zero core gives M̂ = 0.
     """
-    core = P.T @ m_R
-    core_pinv = torch.linalg.pinv(core, rtol=rtol)  # r×k
-    return m_R @ (core_pinv @ m_L)
+    return m_R @ nystrom_right(m_R, m_L, P, rtol)
 
 
-def nystrom_into(out: Tensor, m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float) -> Tensor:
-    """`nystrom` written into `out` (m×n, any float dtype) with no other m×n temporary."""
-    core_pinv = torch.linalg.pinv(P.T @ m_R, rtol=rtol)
-    right = core_pinv @ m_L  # r×n
-    if out.dtype == torch.float32:
-        return torch.mm(m_R, right, out=out)
-    return out.copy_(m_R @ right)
+def nystrom_right(m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float) -> Tensor:
+    """The right factor C^† m_L (r×n) of M̂ = m_R · C^† m_L, with C = Pᵀ m_R (k×r)."""
+    return torch.linalg.pinv(P.T @ m_R, rtol=rtol) @ m_L
 
 
 def energies(v_R: Tensor, v_L: Tensor) -> tuple[Tensor, Tensor]:
@@ -82,60 +95,36 @@ def energies(v_R: Tensor, v_L: Tensor) -> tuple[Tensor, Tensor]:
     For a random orthonormal Q, E[(G Q)²_ik] ≈ (1/n) Σ_j G²_ij, so
         ρ_i = (n/r) Σ_k v_R[i,k]  ≈ Σ_j V_ij     (m,)
         κ_j = (m/k) Σ_k v_L[k,j]  ≈ Σ_i V_ij     (n,)
+
+    Leading batch dimensions, if any, are kept.
     """
-    m, r = v_R.shape
-    k, n = v_L.shape
-    return v_R.sum(dim=1).mul_(n / r), v_L.sum(dim=0).mul_(m / k)
+    m, r = v_R.shape[-2:]
+    k, n = v_L.shape[-2:]
+    return v_R.sum(dim=-1).mul_(n / r), v_L.sum(dim=-2).mul_(m / k)
 
 
 def rank1_second_moment(rho: Tensor, kappa: Tensor) -> Tensor:
     """Adafactor-style rank-1 second moment V̂_ij = ρ_i κ_j / Σ_i ρ_i (m×n).
 
-    Used only on small matrices and in tests; the optimizer applies the same factorization
-    row by row without forming it.
+    Used on small matrices and in tests; the optimizer keeps only the two factors
+    (`updates.RankOneFisher`).
     """
     return torch.outer(rho, kappa) / rho.sum().clamp_min(torch.finfo(rho.dtype).tiny)
 
 
-def normalize_by_rank1_(update: Tensor, rho: Tensor, kappa: Tensor, eps: float) -> Tensor:
-    """In place: update_ij ← update_ij / (√V̂_ij + ε) with V̂ = rank1_second_moment(ρ, κ).
+def gain_factors(
+    L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor, tiny: float = 1e-30
+) -> tuple[Tensor, Tensor]:
+    """Square roots of the row and column gains (√s: (m,), √c: (n,)) of the gain update.
 
-    Works through CHUNK_ROWS rows at a time, so the temporary is CHUNK_ROWS×n, never m×n.
+    The update is D_ij = √s_i · G_ij · √c_j with column gains c_j = ‖u_L[:,j]‖ / ‖L[:,j]‖ and row
+    gains s_i = ‖u_R[i,:]‖ / ‖R[i,:]‖: how much Adam, run in sketch space (u = m̂/(√v̂+ε)),
+    rescales each column and row of the current gradient. Both are ≥ 0, so D is always a descent
+    direction (⟨D, G⟩ ≥ 0). Shapes: L and u_L k×n, R and u_R m×r.
     """
-    total = rho.sum().clamp_min(torch.finfo(rho.dtype).tiny)
-    row_scale = (rho / total).sqrt_()
-    col_scale = kappa.sqrt()
-    for start in range(0, update.shape[0], CHUNK_ROWS):
-        block = update[start : start + CHUNK_ROWS]
-        denom = torch.outer(row_scale[start : start + CHUNK_ROWS], col_scale).add_(eps)
-        block.div_(denom.to(block.dtype))
-    return update
-
-
-def gain_scale_(
-    grad: Tensor, L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor, tiny: float = 1e-30
-) -> Tensor:
-    """In place: the two-sided gain update D_ij = √s_i · G_ij · √c_j, written over `grad`.
-
-    Column gains c_j = ‖u_L[:,j]‖ / ‖L[:,j]‖ and row gains s_i = ‖u_R[i,:]‖ / ‖R[i,:]‖ measure how
-    much Adam, run in sketch space (u = m̂/(√v̂+ε)), rescales each column and row of the current
-    gradient. Both gains are ≥ 0, so D is always a descent direction (⟨D, G⟩ ≥ 0).
-    Shapes: grad m×n, L and u_L k×n, R and u_R m×r.
-    """
-    col_gain = u_L.norm(dim=0).div_(L.norm(dim=0).clamp_min_(tiny)).sqrt_()  # (n,)
-    row_gain = u_R.norm(dim=1).div_(R.norm(dim=1).clamp_min_(tiny)).sqrt_()  # (m,)
-    grad.mul_(row_gain.to(grad.dtype)[:, None]).mul_(col_gain.to(grad.dtype)[None, :])
-    return grad
-
-
-def weighted_sq_norm(delta: Tensor, row_weight: Tensor, col_weight: Tensor) -> Tensor:
-    """Σ_ij row_weight_i · col_weight_j · Δ_ij²  in fp32, CHUNK_ROWS rows at a time."""
-    total = torch.zeros((), dtype=torch.float32, device=delta.device)
-    for start in range(0, delta.shape[0], CHUNK_ROWS):
-        block = delta[start : start + CHUNK_ROWS].float()
-        total += row_weight[start : start + CHUNK_ROWS] @ (block.square() @ col_weight)
-    return total
-
+    col_gain = u_L.norm(dim=0).div_(L.norm(dim=0).clamp_min_(tiny)).sqrt_()
+    row_gain = u_R.norm(dim=1).div_(R.norm(dim=1).clamp_min_(tiny)).sqrt_()
+    return row_gain, col_gain
 
 def transport_first_moment(
     m_R: Tensor, m_L: Tensor, P_old: Tensor, P_new: Tensor, Q_new: Tensor, rtol: float

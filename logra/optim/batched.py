@@ -1,0 +1,142 @@
+"""The batched ("foreach") path: many small parameters in a handful of kernel calls.
+
+On a model of many small matrices the per-parameter loop spends its time in Python, not in
+arithmetic. Here same-shaped sketched matrices are stacked, B at a time, and sketched with one
+`bmm` per side; their updates are evaluated on the stack; dense parameters go through
+`torch._foreach_*` as in `torch.optim.AdamW(foreach=True)`. The stacked gradient copy is the
+one matrix-sized temporary per parameter in flight: it is overwritten by Δ in place.
+
+The projections P, Q are shared by the stack. The rules are those of `logra.optim.updates` with
+a leading batch dimension:
+
+    Gain:     Δ_b = −lr · (s_b ⊙ G_b ⊙ c_b + λ W_b)
+    Nyström:  Δ_b = −lr · ((m̂_R)_b (C_b^† (m̂_L)_b) / (√(ρ_b κ_bᵀ/Σρ_b) + ε) + λ W_b)
+    Dense:    Δ   = −lr · (m̂ / (√v̂ + ε) + λ W)                    (per tensor, foreach)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from logra.optim.updates import as_matrix
+
+
+def stacked_sketch(grads: list[Tensor], P: Tensor, Q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(G, L, R): the stacked fp32 gradients (B×m×n), Pᵀ G (B×k×n) and G Q (B×m×r).
+
+    P (m×k) and Q (n×r) are shared by the stack (projections depend on the shape only).
+    """
+    G = torch.stack([as_matrix(g).float() for g in grads])
+    return G, torch.matmul(P.T, G), torch.matmul(G, Q)
+
+
+@dataclass(kw_only=True)
+class StackedUpdate:
+    """Δ of B same-shaped matrices, held in the stacked gradient copy (B×m×n, fp32)."""
+
+    params: list[Tensor]
+    delta: Tensor  # B×m×n
+    row_weight: Tensor  # ρ/Σρ, B×m
+    col_weight: Tensor  # κ, B×n
+
+    def predicted_fisher(self) -> Tensor:
+        """Σ_b Σ_ij (ρ_b)_i (κ_b)_j (Δ_b)_ij² / Σρ_b."""
+        weighted = torch.bmm(self.delta.square(), self.col_weight[:, :, None])  # B×m×1
+        return (self.row_weight[:, :, None] * weighted).sum()
+
+    def store_delta(self) -> None:
+        for p, d in zip(self.params, self.delta.unbind(0), strict=True):
+            as_matrix(p.grad).copy_(d)
+
+    def apply(self, gamma: float) -> None:
+        for p, d in zip(self.params, self.delta.unbind(0), strict=True):
+            as_matrix(p).add_(d.to(p.dtype), alpha=gamma)
+
+
+def gain_update(
+    params: list[Tensor], G: Tensor, L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor,
+    rho: Tensor, kappa: Tensor, lr: float, weight_decay: float, sign: float,
+) -> StackedUpdate:
+    """The gain rule on a stack, Δ written over G. Shapes as in `sk.gain_factors`, plus B."""
+    col_gain = u_L.norm(dim=1).div_(L.norm(dim=1).clamp_min_(1e-30)).sqrt_()  # B×n
+    row_gain = u_R.norm(dim=2).div_(R.norm(dim=2).clamp_min_(1e-30)).sqrt_()  # B×m
+    delta = G.mul_(row_gain.mul_(-lr * sign)[:, :, None]).mul_(col_gain[:, None, :])
+    _add_weight_decay(delta, params, lr, weight_decay)
+    return StackedUpdate(params=params, delta=delta, row_weight=_normalized(rho), col_weight=kappa)
+
+
+def nystrom_update(
+    params: list[Tensor], G: Tensor, left: Tensor, m_L: Tensor, P: Tensor, rtol: float,
+    rho: Tensor, kappa: Tensor, eps: float, lr: float, weight_decay: float,
+) -> StackedUpdate:
+    """The Nyström rule on a stack, Δ written over G: left = m̂_R, m_L = m̂_L (B×k×n)."""
+    right = torch.linalg.pinv(torch.matmul(P.T, left), rtol=rtol) @ m_L  # B×r×n
+    row_weight = _normalized(rho)
+    denom = (row_weight.sqrt()[:, :, None] * kappa.sqrt()[:, None, :]).add_(eps)
+    delta = torch.bmm(left, right, out=G).div_(denom).mul_(-lr)
+    _add_weight_decay(delta, params, lr, weight_decay)
+    return StackedUpdate(params=params, delta=delta, row_weight=row_weight, col_weight=kappa)
+
+
+def _normalized(rho: Tensor) -> Tensor:
+    return rho / rho.sum(dim=1, keepdim=True).clamp_min(1e-30)
+
+
+def _add_weight_decay(delta: Tensor, params: list[Tensor], lr: float, weight_decay: float):
+    if weight_decay != 0:
+        weights = torch.stack([as_matrix(p).float() for p in params])
+        delta.add_(weights, alpha=-lr * weight_decay)
+
+
+@dataclass(kw_only=True)
+class ForeachDenseUpdate:
+    """AdamW's update of several tensors with the same step count, by `torch._foreach_*`."""
+
+    params: list[Tensor]
+    delta: list[Tensor]  # fp32, one per parameter
+    exp_avg_sqs: list[Tensor]
+    bias2: float
+
+    @classmethod
+    def build(
+        cls, params: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+        step: int, group: dict,
+    ) -> ForeachDenseUpdate:
+        """Update the moments in place and form Δ = −lr·(m̂/(√v̂+ε) + λW)."""
+        beta1, beta2 = group["betas"]
+        lr, weight_decay = float(group["lr"]), group["weight_decay"]
+        grads = [p.grad.float() for p in params]
+        if group["maximize"]:
+            grads = torch._foreach_neg(grads)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        bias1, bias2 = 1 - beta1**step, 1 - beta2**step
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, math.sqrt(bias2))
+        torch._foreach_add_(denom, group["eps"])
+        delta = torch._foreach_div(exp_avgs, denom)
+        torch._foreach_mul_(delta, -lr / bias1)
+        if weight_decay != 0:
+            torch._foreach_add_(delta, [p.float() for p in params], alpha=-lr * weight_decay)
+        return cls(params=params, delta=delta, exp_avg_sqs=exp_avg_sqs, bias2=bias2)
+
+    def predicted_fisher(self) -> Tensor:
+        """Σ v̂ Δ² = Σ ‖√v Δ‖² / (1−β₂ᵗ)."""
+        scaled = torch._foreach_mul(self.delta, torch._foreach_sqrt(self.exp_avg_sqs))
+        return torch.stack(torch._foreach_norm(scaled)).square().sum() / self.bias2
+
+    def store_delta(self) -> None:
+        for p, d in zip(self.params, self.delta, strict=True):
+            p.grad.copy_(d)
+
+    def apply(self, gamma: float) -> None:
+        if all(p.dtype == torch.float32 for p in self.params):
+            torch._foreach_add_(self.params, self.delta, alpha=gamma)
+        else:
+            for p, d in zip(self.params, self.delta, strict=True):
+                p.add_(d.to(p.dtype), alpha=gamma)

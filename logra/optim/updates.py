@@ -1,0 +1,141 @@
+"""Per-parameter update rules, evaluated a block of rows at a time.
+
+Once the moments are updated, each parameter's tentative update Δ (m×n, the parameter viewed as
+a matrix) is a cheap function of small factors and of the gradient or weight rows. The step
+needs Δ twice, first for the predicted KL (Σ F Δ²) and then to apply γΔ. Each block of rows is
+computed where it is used, so no m×n temporary exists and the block stays in cache:
+
+    Gain:     Δ_b = −lr · (s_b ⊙ G_b ⊙ c  + λ W_b)                       (s, c: row/column gains)
+    Nyström:  Δ_b = −lr · ((m̂_R)_b (C^† m̂_L) / (√(ρ_b κᵀ/Σρ) + ε) + λ W_b)
+    Dense:    Δ_b = −lr · ((m̂)_b / (√(v̂)_b + ε) + λ W_b)                 (AdamW)
+
+Every rule also gives its diagonal Fisher weight for Σ_ij F_ij Δ_ij²: the rank-1 second moment
+V̂ = ρκᵀ/Σρ for the sketched rules, Adam's v̂ for the dense one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from logra.optim.sketch import row_blocks
+
+
+def as_matrix(t: Tensor) -> Tensor:
+    """The 2-D view the optimizer works on: shape[0] × rest, or 1 × numel for 0-D and 1-D."""
+    return t.view(t.shape[0], -1) if t.dim() >= 2 else t.view(1, -1)
+
+
+@dataclass(kw_only=True)
+class Update:
+    """Δ = −lr·(U + λ W) for one parameter; subclasses define the direction U (scaled by −lr)."""
+
+    param: Tensor
+    lr: float
+    weight_decay: float
+
+    @property
+    def weight(self) -> Tensor:
+        """The parameter as a matrix (a view: applying γΔ writes the parameter)."""
+        return as_matrix(self.param)
+
+    def scaled_direction(self, rows: slice) -> Tensor:
+        """−lr · U for a block of rows, as a new fp32 tensor."""
+        raise NotImplementedError
+
+    def fisher_sq(self, rows: slice, delta: Tensor) -> Tensor:
+        """Σ_ij F_ij Δ_ij² over the block (fp32 scalar)."""
+        raise NotImplementedError
+
+    def delta(self, rows: slice) -> Tensor:
+        d = self.scaled_direction(rows)
+        if self.weight_decay != 0:
+            d.add_(self.weight[rows].float(), alpha=-self.lr * self.weight_decay)
+        return d
+
+    def blocks(self) -> Iterator[slice]:
+        return row_blocks(*self.weight.shape)
+
+    def predicted_fisher(self) -> Tensor:
+        """Σ F Δ² over the whole parameter, a block at a time."""
+        return sum((self.fisher_sq(rows, self.delta(rows)) for rows in self.blocks()),
+                   torch.zeros((), device=self.weight.device))
+
+    def store_delta(self) -> None:
+        """Δ into the gradient buffer, for estimators that need it whole (the JVP)."""
+        out = as_matrix(self.param.grad)
+        for rows in self.blocks():
+            out[rows].copy_(self.delta(rows))
+
+    def apply(self, gamma: float) -> None:
+        """W ← W + γΔ, a block at a time."""
+        for rows in self.blocks():
+            d = self.delta(rows)
+            self.weight[rows].add_(d.to(self.weight.dtype), alpha=gamma)
+
+
+@dataclass(kw_only=True)
+class RankOneFisher:
+    """The sketched rules' diagonal Fisher V̂_ij = ρ_i κ_j / Σρ, kept as its two factors."""
+
+    row_weight: Tensor  # ρ / Σρ, (m,)
+    col_weight: Tensor  # κ, (n,)
+
+    def fisher_sq(self, rows: slice, delta: Tensor) -> Tensor:
+        return self.row_weight[rows] @ (delta.square() @ self.col_weight)
+
+
+@dataclass(kw_only=True)
+class GainUpdate(RankOneFisher, Update):
+    """U = diag(s) G diag(c): the current gradient with Adam's sketch-space row/column gains."""
+
+    grad: Tensor  # m×n gradient (any float dtype)
+    row_gain: Tensor  # √s, (m,), sign of `maximize` folded in
+    col_gain: Tensor  # √c, (n,)
+
+    def __post_init__(self) -> None:
+        self._row_factor = self.row_gain * -self.lr
+
+    def scaled_direction(self, rows: slice) -> Tensor:
+        block = self.grad[rows].float() * self._row_factor[rows, None]
+        return block.mul_(self.col_gain)
+
+
+@dataclass(kw_only=True)
+class NystromUpdate(RankOneFisher, Update):
+    """U = M̂ / (√V̂ + ε) with M̂ = left · right = m̂_R · (C^† m̂_L)."""
+
+    left: Tensor  # m̂_R, m×r, sign of `maximize` folded in
+    right: Tensor  # C^† m̂_L, r×n
+    eps: float
+
+    def __post_init__(self) -> None:
+        self._left = self.left * -self.lr
+        self._row_scale = self.row_weight.sqrt()
+        self._col_scale = self.col_weight.sqrt()
+
+    def scaled_direction(self, rows: slice) -> Tensor:
+        denom = torch.outer(self._row_scale[rows], self._col_scale).add_(self.eps)
+        return (self._left[rows] @ self.right).div_(denom)
+
+
+@dataclass(kw_only=True)
+class DenseUpdate(Update):
+    """AdamW: U = (m / (1−β₁ᵗ)) / (√v / √(1−β₂ᵗ) + ε), in torch.optim.AdamW's order of ops."""
+
+    exp_avg: Tensor  # matrix view of the first moment (fp32)
+    exp_avg_sq: Tensor  # matrix view of the second moment (fp32)
+    bias1: float
+    bias2: float
+    eps: float
+
+    def scaled_direction(self, rows: slice) -> Tensor:
+        denom = (self.exp_avg_sq[rows].sqrt() / math.sqrt(self.bias2)).add_(self.eps)
+        return self.exp_avg[rows].div(denom).mul_(-self.lr / self.bias1)
+
+    def fisher_sq(self, rows: slice, delta: Tensor) -> Tensor:
+        return (delta.square() * self.exp_avg_sq[rows]).sum() / self.bias2
