@@ -77,9 +77,11 @@ def nystrom(m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float) -> Tensor:
 
     Shapes: m_R m×r, m_L k×n, P m×k, core C = Pᵀ m_R k×r; returns m×n.
     Exact when rank(M) ≤ r and C has full rank; then Pᵀ M̂ = m_L and M̂ Q = m_R.
-    The pseudo-inverse drops singular values of C below `rtol`·σ_max (rtol = 0 keeps every
-    non-zero one), which is what keeps the oblique projection from blowing up when rank(M) > r.
-    A zero core gives M̂ = 0.
+    The pseudo-inverse drops singular values of C below `rtol`·σ_max. rtol = 0 keeps them all,
+    fp32 round-off included, so it is exact only when r = rank(M) exactly: for r > rank(M) it
+    inverts round-off, and for rank(M) > r the oblique projection can blow up. A cutoff tames
+    both but also drops real directions (the sketch-error notebook measures it). A zero core
+    gives M̂ = 0.
     """
     return m_R @ nystrom_right(m_R, m_L, P, rtol)
 

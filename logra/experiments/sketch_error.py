@@ -1,0 +1,846 @@
+"""Sketch error: how much of a gradient a rank-r sketch keeps, and how close each rule is to Adam.
+
+Everything here feeds notebooks/01_sketch_error. `run(config)` returns one tidy DataFrame, one row
+per number, with columns
+
+    experiment  "reconstruction" | "direction" | "aspect" | "training"
+    input       the matrix family or problem ("rank 8", "power law α=1", "qwen2 layers", ...)
+    matrix      the individual matrix (a parameter name for the Qwen2 gradients, else = input)
+    m, n        its shape (m×n; a Linear weight is out×in); aspect = m/n
+    rank        sketch rank r
+    method      reconstruction method or update rule
+    seed        sketch seed (reconstruction, aspect); -1 where not applicable
+    step        optimizer step (direction, training); -1 where not applicable
+    metric      "rel_error" | "cosine" | "loss" | "accuracy"
+    value       the number
+
+The four experiments:
+
+reconstruction  For M ∈ R^{m×n} and seeded orthonormal P ∈ R^{m×k}, Q ∈ R^{n×r} (the optimizer's
+    own `sketch.orthonormal_projection`), with L = PᵀM and R = MQ (`sketch.sketch`):
+        nystrom_rtol0        M̂ = R (PᵀR)^† L, pseudo-inverse with no cutoff (rtol = 0), k = r
+        nystrom_truncated    the same with LoGRA's default cutoff rtol (`default_rtol()`)
+        nystrom_oversampled  the same with rtol, left sketch k = r + round(oversample_ratio·r)
+        projection           one-sided P Pᵀ M (M Q Qᵀ when m < n): the naive ablation's subspace
+        svd                  the best rank-r approximation (Eckart–Young), from singular values
+    metrics: relative error ‖M − M̂‖_F / ‖M‖_F and cosine ⟨M, M̂⟩_F / (‖M‖_F ‖M̂‖_F).
+    Inputs: exact low rank (equal singular values), power-law spectra σ_i = i^-α, and the
+    gradients of a tiny random Qwen2 causal LM (every 2-D weight; the layers are summarised by
+    their median, embed_tokens and lm_head shown on their own).
+direction  Dense AdamW, LoGRA "nystrom", LoGRA "gain" and RandomProjectionAdam run on identical
+    gradient streams (weights start at 0, weight decay 0, so the updates do not depend on the
+    weights); metric: cosine between each rule's applied update W_t − W_{t−1} and AdamW's.
+    predicted_kl_threshold=None: there is no policy here.
+aspect  Claim C9: at fixed numel, m/n from 1 to 64, a synthetic embedding gradient (few non-zero
+    rows, Zipfian token counts) and a power-law control; relative error of every method.
+training  Loss curves of a least-squares regression and a Gaussian-cluster MLP classifier
+    trained with AdamW, LoGRA gain, LoGRA nystrom and RandomProjectionAdam (same lr per
+    problem, weight decay 0, predicted_kl_threshold=None: these are not policies).
+
+A rank is measured on a matrix only where LoGRA would sketch it (`sketch_shapes(shape, r)` is not
+None, i.e. r·(m+n) < m·n); elsewhere the optimizer falls back to dense AdamW and there is
+nothing to measure.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+from torch import Tensor, nn
+
+from logra.experiments.config import load_config
+from logra.experiments.report import ClaimRow
+from logra.optim import LoGRA, RandomProjectionAdam, sketch_shapes
+from logra.optim import sketch as sk
+
+METHODS = ("nystrom_rtol0", "nystrom_truncated", "nystrom_oversampled", "projection", "svd")
+RULES = ("adamw", "logra_gain", "logra_nystrom", "naive_projection")
+COLUMNS = ("experiment", "input", "matrix", "m", "n", "rank", "method", "seed", "step", "metric",
+           "value")
+QWEN_LAYERS = "qwen2 layers"
+EMBEDDING = "embedding gradient"
+C9_RANK = 64  # the report: embeddings "need r ≥ 64"
+C9_REPORTED = ("embedding matrices with extreme aspect ratio (e.g. 151,936×4,096) need r ≥ 64 "
+               "to avoid rank starvation")
+FLOOR = 1e-7  # plotted in place of an error of exactly 0 on log axes
+
+
+def default_rtol() -> float:
+    """LoGRA's default pseudo-inverse cutoff, read from its signature so the two never drift."""
+    return float(inspect.signature(LoGRA).parameters["rtol"].default)
+
+
+def method_labels(oversample_ratio: float = 1.0) -> dict[str, str]:
+    """Legend labels of the reconstruction methods and update rules."""
+    k = "2r" if oversample_ratio == 1.0 else f"r+{oversample_ratio:g}r"
+    return {
+        "nystrom_rtol0": "Nyström, rtol=0",
+        "nystrom_truncated": f"Nyström, rtol={default_rtol():g}",
+        "nystrom_oversampled": f"Nyström, k={k}, rtol={default_rtol():g}",
+        "projection": "one-sided P Pᵀ M (naive)",
+        "svd": "truncated SVD (optimum)",
+        "adamw": "AdamW",
+        "logra_gain": "LoGRA gain",
+        "logra_nystrom": "LoGRA Nyström",
+        "naive_projection": "naive random projection",
+    }
+
+
+def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
+    """experiments/sketch_error.yaml at `scale`, with `overrides` on top."""
+    return load_config("sketch_error", scale, **overrides)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _orthonormal(rows: int, cols: int, generator: torch.Generator) -> Tensor:
+    q, _ = torch.linalg.qr(torch.randn(rows, cols, generator=generator))
+    return q
+
+
+def spectrum_matrix(m: int, n: int, singular_values: Tensor, seed: int) -> Tensor:
+    """U diag(σ) Vᵀ with Haar-random orthonormal U (m×p), V (n×p), p = len(σ) ≤ min(m, n)."""
+    g = _generator(seed)
+    p = len(singular_values)
+    return _orthonormal(m, p, g) @ torch.diag(singular_values.float()) @ _orthonormal(n, p, g).T
+
+
+def low_rank_matrix(m: int, n: int, rank: int, seed: int) -> Tensor:
+    """An m×n matrix of exact rank `rank` with equal singular values."""
+    return spectrum_matrix(m, n, torch.ones(rank), seed)
+
+
+def power_law_matrix(m: int, n: int, alpha: float, seed: int) -> Tensor:
+    """An m×n matrix with singular values σ_i = i^-α, i = 1..min(m, n)."""
+    index = torch.arange(1, min(m, n) + 1, dtype=torch.float64)
+    return spectrum_matrix(m, n, index.pow(-alpha), seed)
+
+
+def embedding_gradient(m: int, n: int, tokens: int, zipf: float, seed: int) -> Tensor:
+    """A synthetic embedding gradient G = Σ_p e_{t_p} h_pᵀ (m = vocabulary, n = hidden).
+
+    `tokens` positions draw token ids t_p with probability ∝ (frequency rank)^-zipf, the ranks
+    assigned to ids by a random permutation; each position contributes a hidden-space gradient
+    h_p ~ N(0, I_n). Only the rows of tokens present are non-zero, row i has norm ≈ √count_i·√n,
+    and rank(G) ≤ min(#distinct tokens, n).
+    """
+    g = _generator(seed)
+    weights = torch.arange(1, m + 1, dtype=torch.float64).pow(-zipf)
+    ids = torch.randperm(m, generator=g)[torch.multinomial(weights, tokens, True, generator=g)]
+    hidden = torch.randn(tokens, n, generator=g)
+    return torch.zeros(m, n).index_add_(0, ids, hidden)
+
+
+def synthetic_inputs(cfg: dict[str, Any]) -> dict[str, Tensor]:
+    """The synthetic matrices of the reconstruction experiment, by input name."""
+    m, n = cfg["synthetic_shape"]
+    inputs = {f"rank {k}": low_rank_matrix(m, n, k, cfg["seed"] + k) for k in cfg["low_ranks"]}
+    for alpha in cfg["power_law_alphas"]:
+        inputs[f"power law α={alpha:g}"] = power_law_matrix(m, n, alpha, cfg["seed"] + 1000)
+    return inputs
+
+
+def qwen2_model(cfg: dict[str, Any]) -> nn.Module:
+    """A randomly initialised Qwen2 causal LM built from a local config (nothing downloaded)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model_cfg = Qwen2Config(
+        vocab_size=cfg["qwen_vocab"], hidden_size=cfg["qwen_hidden"],
+        intermediate_size=cfg["qwen_intermediate"], num_hidden_layers=cfg["qwen_layers"],
+        num_attention_heads=cfg["qwen_heads"], num_key_value_heads=cfg["qwen_kv_heads"],
+        max_position_embeddings=max(128, cfg["qwen_seq"]), tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg["seed"])
+        return Qwen2ForCausalLM(model_cfg)
+
+
+def qwen2_gradient_stream(cfg: dict[str, Any]) -> dict[str, list[Tensor]]:
+    """Gradients of every 2-D weight of `qwen2_model` on `stream_steps` random token batches.
+
+    The weights stay at their initialisation (the stream is minibatch noise around one point);
+    each batch is qwen_batch × qwen_seq uniform random tokens, causal-LM loss.
+    Returns {parameter name: [G_1, …, G_T]}.
+    """
+    model = qwen2_model(cfg)
+    g = _generator(cfg["seed"] + 1)
+    matrices = {name: p for name, p in model.named_parameters() if p.ndim == 2}
+    stream: dict[str, list[Tensor]] = {name: [] for name in matrices}
+    for _ in range(cfg["stream_steps"]):
+        ids = torch.randint(0, cfg["qwen_vocab"], (cfg["qwen_batch"], cfg["qwen_seq"]), generator=g)
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        for name, p in matrices.items():
+            stream[name].append(p.grad.detach().clone())
+    return stream
+
+
+def synthetic_stream(matrix: Tensor, family: Callable[[int], Tensor], steps: int,
+                     noise: float) -> list[Tensor]:
+    """G_t = M + noise·‖M‖_F·E_t/‖E_t‖_F, E_t = family(t) a fresh draw of the same family."""
+    stream = []
+    for t in range(steps):
+        e = family(t)
+        stream.append(matrix + noise * matrix.norm() * e / e.norm())
+    return stream
+
+
+# ---------------------------------------------------------------- measurements
+
+
+def measurable(shape: tuple[int, int], rank: int) -> bool:
+    """Whether LoGRA sketches an m×n matrix at this rank (else it runs dense AdamW)."""
+    return sketch_shapes(tuple(shape), rank) is not None
+
+
+def reconstruct(M: Tensor, rank: int, method: str, seed: int, oversample_ratio: float = 1.0
+                ) -> Tensor | None:
+    """M̂ of an m×n matrix by `method` (see the module docstring); None if it does not fit.
+
+    Projections come from the optimizer's `sketch.orthonormal_projection`, seeded by
+    `sketch.seed_for(seed, 0, 0, side)`; `svd` is the explicit truncated SVD.
+    """
+    m, n = M.shape
+    left_seed, right_seed = sk.seed_for(seed, 0, 0, 0), sk.seed_for(seed, 0, 0, 1)
+    if method == "svd":
+        U, S, Vh = torch.linalg.svd(M, full_matrices=False)
+        return (U[:, :rank] * S[:rank]) @ Vh[:rank]
+    if method == "projection":
+        if m >= n:
+            P = sk.orthonormal_projection(m, rank, left_seed)
+            return P @ (P.T @ M)
+        Q = sk.orthonormal_projection(n, rank, right_seed)
+        return (M @ Q) @ Q.T
+    k = rank + round(oversample_ratio * rank) if method == "nystrom_oversampled" else rank
+    if k > m:
+        return None
+    rtol = 0.0 if method == "nystrom_rtol0" else default_rtol()
+    P = sk.orthonormal_projection(m, k, left_seed)
+    Q = sk.orthonormal_projection(n, rank, right_seed)
+    L, R = sk.sketch(M, P, Q)
+    return sk.nystrom(R, L, P, rtol)
+
+
+def relative_error(M: Tensor, M_hat: Tensor) -> float:
+    """‖M − M̂‖_F / ‖M‖_F."""
+    return float((M - M_hat).norm() / M.norm())
+
+
+def cosine(A: Tensor, B: Tensor) -> float:
+    """⟨A, B⟩_F / (‖A‖_F ‖B‖_F), in float64; 0 if either is zero."""
+    a, b = A.double().flatten(), B.double().flatten()
+    denom = float(a.norm() * b.norm())
+    return float(a @ b) / denom if denom > 0 else 0.0
+
+
+def svd_errors(M: Tensor, ranks: Iterable[int]) -> dict[int, tuple[float, float]]:
+    """{r: (relative error, cosine)} of the best rank-r approximation, from singular values.
+
+    Eckart–Young: ‖M − M_r‖_F² = Σ_{i>r} σ_i², and ⟨M, M_r⟩ = ‖M_r‖² so cos = ‖M_r‖/‖M‖.
+    """
+    energy = torch.linalg.svdvals(M.double()).square()
+    total = float(energy.sum())
+    out = {}
+    for r in ranks:
+        kept = float(energy[:r].sum())
+        out[r] = (math.sqrt(max(total - kept, 0.0) / total), math.sqrt(kept / total))
+    return out
+
+
+def reconstruction_rows(experiment: str, input_name: str, matrix_name: str, M: Tensor,
+                        ranks: Iterable[int], seeds: Iterable[int], oversample_ratio: float
+                        ) -> list[dict[str, Any]]:
+    """Relative error and cosine of every method at every measurable rank and sketch seed.
+
+    The SVD rows (deterministic) carry seed −1.
+    """
+    m, n = M.shape
+    ranks = [r for r in ranks if measurable((m, n), r)]
+    base = dict(experiment=experiment, input=input_name, matrix=matrix_name, m=m, n=n, step=-1)
+    rows = []
+    for r, (err, cos) in svd_errors(M, ranks).items():
+        for metric, value in (("rel_error", err), ("cosine", cos)):
+            rows.append(dict(base, rank=r, method="svd", seed=-1, metric=metric, value=value))
+    for r in ranks:
+        for method in METHODS[:-1]:
+            for seed in seeds:
+                M_hat = reconstruct(M, r, method, seed, oversample_ratio)
+                if M_hat is None:
+                    continue
+                for metric, value in (("rel_error", relative_error(M, M_hat)),
+                                      ("cosine", cosine(M, M_hat))):
+                    rows.append(dict(base, rank=r, method=method, seed=seed, metric=metric,
+                                     value=value))
+    return rows
+
+
+def make_optimizer(rule: str, params: list[nn.Parameter], rank: int, lr: float,
+                   betas: tuple[float, float]) -> torch.optim.Optimizer:
+    """One of RULES on `params`, weight decay 0 and (LoGRA) no KL control."""
+    if rule == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=0.0)
+    if rule == "naive_projection":
+        return RandomProjectionAdam(params, lr=lr, rank=rank, betas=betas, weight_decay=0.0)
+    if rule in ("logra_gain", "logra_nystrom"):
+        return LoGRA(params, lr=lr, rank=rank, betas=betas, weight_decay=0.0,
+                     predicted_kl_threshold=None, reconstruction=rule.removeprefix("logra_"),
+                     cache_projections=True)
+    raise ValueError(f"unknown update rule {rule!r}; valid: {RULES}")
+
+
+def applied_updates(streams: list[list[Tensor]], rule: str, rank: int, lr: float,
+                    betas: tuple[float, float]) -> list[list[Tensor]]:
+    """Updates W_t − W_{t−1} of one optimizer fed the gradient streams, step by step.
+
+    streams[j][t] is the gradient of matrix j at step t; all matrices share one optimizer (as
+    in a model). Weights start at 0; returns updates[t][j].
+    """
+    params = [nn.Parameter(torch.zeros(s[0].shape)) for s in streams]
+    optimizer = make_optimizer(rule, params, rank, lr, betas)
+    updates = []
+    for t in range(len(streams[0])):
+        before = [p.detach().clone() for p in params]
+        for p, s in zip(params, streams, strict=True):
+            p.grad = s[t].clone()
+        optimizer.step()
+        updates.append([p.detach() - b for p, b in zip(params, before, strict=True)])
+    return updates
+
+
+def direction_rows(input_name: str, streams: dict[str, list[Tensor]], ranks: Iterable[int],
+                   lr: float, betas: tuple[float, float]) -> list[dict[str, Any]]:
+    """Per step and matrix, cosine(update of each sketched rule, update of AdamW).
+
+    At each rank only the matrices LoGRA sketches at that rank take part.
+    """
+    names = list(streams)
+    reference = applied_updates([streams[k] for k in names], "adamw", 1, lr, betas)
+    rows = []
+    for r in ranks:
+        chosen = [j for j, k in enumerate(names) if measurable(streams[k][0].shape, r)]
+        if not chosen:
+            continue
+        for rule in RULES[1:]:
+            updates = applied_updates([streams[names[j]] for j in chosen], rule, r, lr, betas)
+            for t, step_updates in enumerate(updates):
+                for j, update in zip(chosen, step_updates, strict=True):
+                    m, n = update.shape
+                    rows.append(dict(
+                        experiment="direction", input=input_name, matrix=names[j], m=m, n=n,
+                        rank=r, method=rule, seed=-1, step=t + 1, metric="cosine",
+                        value=cosine(update, reference[t][j]),
+                    ))
+    return rows
+
+
+# ---------------------------------------------------------------- training
+
+
+def train(model: nn.Module, rule: str, rank: int, lr: float, betas: tuple[float, float],
+          batches: Iterable[tuple[Tensor, Tensor]], loss_fn: Callable[[Tensor, Tensor], Tensor],
+          evaluate: Callable[[nn.Module], float]) -> list[float]:
+    """Train `model` with one of RULES; returns evaluate(model) before and after every step."""
+    optimizer = make_optimizer(rule, list(model.parameters()), rank, lr, betas)
+    losses = [evaluate(model)]
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        losses.append(evaluate(model))
+    return losses
+
+
+def least_squares_data(cfg: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    """X (N×d_in) ~ N(0, I), Y = X W*ᵀ + 0.01·noise with a dense W* (d_out×d_in) of norm ~1/row."""
+    d_out, d_in = cfg["lstsq_shape"]
+    g = _generator(cfg["seed"] + 2)
+    x = torch.randn(cfg["lstsq_samples"], d_in, generator=g)
+    w_star = torch.randn(d_out, d_in, generator=g) / math.sqrt(d_in)
+    return x, x @ w_star.T + 0.01 * torch.randn(cfg["lstsq_samples"], d_out, generator=g)
+
+
+def train_least_squares(cfg: dict[str, Any], rule: str) -> list[float]:
+    """Full-batch MSE of a bias-free Linear(d_in, d_out) from W = 0, per step."""
+    d_out, d_in = cfg["lstsq_shape"]
+    x, y = least_squares_data(cfg)
+    model = nn.Linear(d_in, d_out, bias=False)
+    nn.init.zeros_(model.weight)
+    loss_fn = nn.functional.mse_loss
+
+    def evaluate(net: nn.Module) -> float:
+        with torch.no_grad():
+            return float(loss_fn(net(x), y))
+
+    batches = [(x, y)] * cfg["train_steps"]
+    return train(model, rule, cfg["train_rank"], cfg["lstsq_lr"], tuple(cfg["betas"]), batches,
+                 loss_fn, evaluate)
+
+
+def cluster_data(cfg: dict[str, Any], samples: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Gaussian clusters: centres c_k ~ N(0, I_d) (cfg seed), x = c_y + mlp_noise·N(0, I_d)."""
+    centres = torch.randn(cfg["mlp_classes"], cfg["mlp_dim"], generator=_generator(cfg["seed"]))
+    g = _generator(seed)
+    y = torch.randint(0, cfg["mlp_classes"], (samples,), generator=g)
+    return centres[y] + cfg["mlp_noise"] * torch.randn(samples, cfg["mlp_dim"], generator=g), y
+
+
+def mlp(cfg: dict[str, Any]) -> nn.Module:
+    """d → hidden → hidden → classes, ReLU, PyTorch's default init under the config seed."""
+    d, h, c = cfg["mlp_dim"], cfg["mlp_hidden"], cfg["mlp_classes"]
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg["seed"])
+        return nn.Sequential(nn.Linear(d, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
+                             nn.Linear(h, c))
+
+
+def train_classifier(cfg: dict[str, Any], rule: str) -> tuple[list[float], float]:
+    """Minibatch cross-entropy training; full training-set loss per step and test accuracy."""
+    x, y = cluster_data(cfg, cfg["mlp_samples"], cfg["seed"] + 3)
+    x_test, y_test = cluster_data(cfg, cfg["mlp_samples"], cfg["seed"] + 4)
+    g = _generator(cfg["seed"] + 5)
+    batches = []
+    for _ in range(cfg["train_steps"]):
+        idx = torch.randint(0, cfg["mlp_samples"], (cfg["mlp_batch"],), generator=g)
+        batches.append((x[idx], y[idx]))
+    loss_fn = nn.functional.cross_entropy
+
+    def evaluate(net: nn.Module) -> float:
+        with torch.no_grad():
+            return float(loss_fn(net(x), y))
+
+    model = mlp(cfg)
+    losses = train(model, rule, cfg["train_rank"], cfg["mlp_lr"], tuple(cfg["betas"]), batches,
+                   loss_fn, evaluate)
+    with torch.no_grad():
+        accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
+    return losses, accuracy
+
+
+def training_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Loss curves (step 0 = before training) and final test accuracy of every rule."""
+    rows = []
+    d_out, d_in = cfg["lstsq_shape"]
+    for rule in RULES:
+        base = dict(experiment="training", rank=cfg["train_rank"], method=rule, seed=-1)
+        ls = train_least_squares(cfg, rule)
+        clf, accuracy = train_classifier(cfg, rule)
+        for name, m, n, curve in (("least squares", d_out, d_in, ls),
+                                  ("mlp classifier", cfg["mlp_hidden"], cfg["mlp_hidden"], clf)):
+            rows += [dict(base, input=name, matrix=name, m=m, n=n, step=t, metric="loss", value=v)
+                     for t, v in enumerate(curve)]
+        rows.append(dict(base, input="mlp classifier", matrix="mlp classifier",
+                         m=cfg["mlp_hidden"], n=cfg["mlp_hidden"], step=cfg["train_steps"],
+                         metric="accuracy", value=accuracy))
+    return rows
+
+
+# ---------------------------------------------------------------- the experiment
+
+
+def aspect_shape(numel: int, aspect: int) -> tuple[int, int]:
+    """(m, n) with m·n = numel and m/n = aspect (both must come out integral)."""
+    n = math.isqrt(numel // aspect)
+    if n * n * aspect != numel:
+        raise ValueError(f"aspect_numel {numel} is not aspect·n² for aspect {aspect}")
+    return aspect * n, n
+
+
+def aspect_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every method on the embedding gradient and the power-law control, at every aspect ratio."""
+    rows = []
+    for aspect in cfg["aspect_ratios"]:
+        m, n = aspect_shape(cfg["aspect_numel"], aspect)
+        inputs = {
+            EMBEDDING: embedding_gradient(m, n, cfg["aspect_tokens"], cfg["aspect_zipf"],
+                                          cfg["seed"]),
+            f"power law α={cfg['aspect_alpha']:g}": power_law_matrix(m, n, cfg["aspect_alpha"],
+                                                                     cfg["seed"]),
+        }
+        for name, M in inputs.items():
+            label = f"{name} {m}×{n}"
+            rows += reconstruction_rows("aspect", label, label, M, cfg["aspect_ranks"],
+                                        cfg["sketch_seeds"], cfg["oversample_ratio"])
+    return rows
+
+
+def run(cfg: dict[str, Any]) -> pd.DataFrame:
+    """All four experiments (module docstring) as one tidy DataFrame with COLUMNS."""
+    ranks, seeds, ratio = cfg["ranks"], cfg["sketch_seeds"], cfg["oversample_ratio"]
+    betas, lr = tuple(cfg["betas"]), cfg["direction_lr"]
+    m, n = cfg["synthetic_shape"]
+    rows: list[dict[str, Any]] = []
+
+    families: dict[str, Callable[[int], Tensor]] = {}
+    for k in cfg["low_ranks"]:
+        families[f"rank {k}"] = lambda t, k=k: low_rank_matrix(m, n, k, cfg["seed"] + 10_000 + t)
+    for alpha in cfg["power_law_alphas"]:
+        families[f"power law α={alpha:g}"] = (
+            lambda t, a=alpha: power_law_matrix(m, n, a, cfg["seed"] + 10_000 + t))
+    for name, M in synthetic_inputs(cfg).items():
+        rows += reconstruction_rows("reconstruction", name, name, M, ranks, seeds, ratio)
+        stream = synthetic_stream(M, families[name], cfg["stream_steps"], cfg["stream_noise"])
+        rows += direction_rows(name, {name: stream}, ranks, lr, betas)
+
+    qwen = qwen2_gradient_stream(cfg)
+    for matrix, grads in qwen.items():
+        rows += reconstruction_rows("reconstruction", _qwen_input(matrix), matrix, grads[0],
+                                    ranks, seeds, ratio)
+    groups: dict[str, dict[str, list[Tensor]]] = {}
+    for matrix, grads in qwen.items():
+        groups.setdefault(_qwen_input(matrix), {})[matrix] = grads
+    for name, streams in groups.items():
+        rows += direction_rows(name, streams, ranks, lr, betas)
+
+    rows += aspect_rows(cfg)
+    rows += training_rows(cfg)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _qwen_input(parameter_name: str) -> str:
+    """The input a Qwen2 weight is reported under: its own name for embed/lm_head, else layers."""
+    if "embed_tokens" in parameter_name:
+        return "qwen2 embed_tokens"
+    if "lm_head" in parameter_name:
+        return "qwen2 lm_head"
+    return QWEN_LAYERS
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def summarize(frame: pd.DataFrame, experiment: str, metric: str) -> pd.DataFrame:
+    """Mean over seeds and steps per matrix, then median over the matrices of an input.
+
+    Returns columns input, m, n, method, rank, value (m, n of the first matrix of the input).
+    """
+    sel = frame[(frame.experiment == experiment) & (frame.metric == metric)]
+    per_matrix = sel.groupby(["input", "matrix", "method", "rank"], sort=False).agg(
+        m=("m", "first"), n=("n", "first"), value=("value", "mean")).reset_index()
+    return per_matrix.groupby(["input", "method", "rank"], sort=False).agg(
+        m=("m", "first"), n=("n", "first"), value=("value", "median")).reset_index()
+
+
+def error_table(frame: pd.DataFrame, ranks: Iterable[int]) -> pd.DataFrame:
+    """Relative error and cosine with the truth per input and method at `ranks` (wide)."""
+    ranks = list(ranks)
+    parts = []
+    for metric, label in (("rel_error", "error"), ("cosine", "cosine")):
+        s = summarize(frame, "reconstruction", metric)
+        s = s[s["rank"].isin(ranks)]
+        wide = s.pivot_table(index=["input", "method"], columns="rank", values="value",
+                             sort=False)
+        wide.columns = [f"{label} r={r}" for r in wide.columns]
+        parts.append(wide)
+    table = pd.concat(parts, axis=1).reset_index()
+    table = table.reindex(columns=["input", "method",
+                                   *[f"{lab} r={r}" for lab in ("error", "cosine") for r in ranks]])
+    return _sorted(table, frame)
+
+
+def direction_table(frame: pd.DataFrame, ranks: Iterable[int]) -> pd.DataFrame:
+    """Mean cosine of each rule's update with AdamW's per input at `ranks` (wide)."""
+    ranks = list(ranks)
+    s = summarize(frame, "direction", "cosine")
+    s = s[s["rank"].isin(ranks)]
+    wide = s.pivot_table(index=["input", "method"], columns="rank", values="value", sort=False)
+    wide.columns = [f"cos vs AdamW r={r}" for r in wide.columns]
+    return _sorted(wide.reset_index(), frame)
+
+
+def aspect_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Relative error per family, method, m×n and rank of the aspect sweep (wide in rank)."""
+    s = summarize(frame, "aspect", "rel_error")
+    s = s.assign(shape=[f"{m}×{n}" for m, n in zip(s.m, s.n, strict=True)], aspect=s.m // s.n)
+    s["input"] = s["input"].str.replace(r" \d+×\d+$", "", regex=True)
+    wide = s.pivot_table(index=["input", "method", "aspect", "shape"], columns="rank",
+                         values="value", sort=False)
+    wide.columns = [f"error r={r}" for r in wide.columns]
+    return _sorted(wide.reset_index(), frame[frame.experiment == "aspect"],
+                   by=("input", "method", "aspect"))
+
+
+def training_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Final loss per problem and rule, and the classifier's test accuracy."""
+    sel = frame[frame.experiment == "training"]
+    loss = sel[sel.metric == "loss"]
+    final = loss[loss.step == loss.step.max()].pivot_table(index="method", columns="input",
+                                                           values="value", sort=False)
+    final.columns = [f"final loss, {c}" for c in final.columns]
+    accuracy = sel[sel.metric == "accuracy"].set_index("method")["value"]
+    final["test accuracy, mlp classifier"] = accuracy
+    return final.reset_index().rename(columns={"method": "rule"})
+
+
+def _sorted(table: pd.DataFrame, frame: pd.DataFrame, by: tuple[str, ...] = ("input", "method")
+            ) -> pd.DataFrame:
+    """Rows by input in the order measured (family order for the aspect sweep), then by method
+    in the order of METHODS and RULES, then by any further columns of `by`."""
+    families = frame["input"].str.replace(r" \d+×\d+$", "", regex=True).drop_duplicates()
+    ranks = {"input": list(families), "method": [*METHODS, *RULES]}
+
+    def key(column: pd.Series) -> pd.Series:
+        return column.map(ranks[column.name].index) if column.name in ranks else column
+
+    return table.sort_values(list(by), key=key).reset_index(drop=True)
+
+
+def c9_claim(frame: pd.DataFrame, cfg: dict[str, Any], threshold: float | None = None
+             ) -> ClaimRow:
+    """Claim C9, judged from the aspect sweep by a fixed rule.
+
+    Let e(a, r) be the relative error, capped at 1 and then averaged over sketch seeds, of the
+    optimizer's own reconstruction — Nyström with the default truncation rtol — of the synthetic
+    embedding gradient at aspect a = m/n (numel fixed) and rank r. (An error of 1 is what M̂ = 0
+    achieves: beyond it nothing is left to starve, and the oblique projection's blow-ups would
+    otherwise decide the verdict.) The aspect penalty at r is
+        Δ(r) = e(a_max, r) − e(a_min, r)
+    (a_max the most extreme aspect tested, ≥ 37 like 151,936/4,096 at default scale; a_min = 1),
+    and the extreme matrix is "starved" at r when Δ(r) > τ (τ = config c9_threshold, 0.1).
+    Then, over the tested ranks below and at-or-above C9_RANK = 64:
+        reproduced      starved at the largest r < 64 and starved at no r ≥ 64
+        partly          starved at some r < 64, but the above fails (r ≥ 64 does not cure it)
+        not reproduced  starved at no r < 64: extreme aspect costs no more than a square matrix
+    The claim is about the aspect ratio, so the square matrix of the same numel and token batch
+    is the baseline; an error that is large at every aspect is not "rank starvation of
+    embeddings". Raises ValueError if the sweep has no rank on one side of 64.
+    """
+    tau = cfg["c9_threshold"] if threshold is None else threshold
+    err = _aspect_errors(frame, "nystrom_truncated", cap=1.0)
+    opt = _aspect_errors(frame, "svd")
+    a_min, a_max = min(err.columns), max(err.columns)
+    ranks = sorted(err.index)
+    low, high = [r for r in ranks if r < C9_RANK], [r for r in ranks if r >= C9_RANK]
+    if not low or not high:
+        raise ValueError(f"C9 needs aspect_ranks on both sides of {C9_RANK}, got {ranks}")
+    penalty = err[a_max] - err[a_min]
+    starved = penalty > tau
+    if not starved[low].any():
+        verdict = "not reproduced"
+    elif starved[max(low)] and not starved[high].any():
+        verdict = "reproduced"
+    else:
+        verdict = "partly"
+    m, n = aspect_shape(cfg["aspect_numel"], a_max)
+    m1, n1 = aspect_shape(cfg["aspect_numel"], a_min)
+    shown = [max(low), min(high)]
+    detail = "; ".join(
+        f"r={r}: {err.at[r, a_max]:.2f} vs {err.at[r, a_min]:.2f} "
+        f"(SVD optimum {opt.at[r, a_max]:.2f} vs {opt.at[r, a_min]:.2f})" for r in shown)
+    starved_at = [int(r) for r in ranks if starved[r]]
+    reproduced = (
+        f"relative error (capped at 1) of truncated Nyström (rtol={default_rtol():g}) on an "
+        f"embedding gradient of {cfg['aspect_tokens']} Zipfian tokens, {m}×{n} vs {m1}×{n1}: "
+        f"{detail}; the extreme aspect is worse by more than {tau:g} at "
+        + (f"r ∈ {starved_at}" if starved_at else "no tested rank")
+    )
+    return ClaimRow(claim="C9", reported=C9_REPORTED, reproduced=reproduced,
+                    scale=f"{cfg['scale']} (numel {cfg['aspect_numel']:,}, aspect ≤ {a_max}:1)",
+                    verdict=verdict)
+
+
+def _aspect_errors(frame: pd.DataFrame, method: str, cap: float = math.inf) -> pd.DataFrame:
+    """Relative error of `method` on the embedding gradient: index rank, columns aspect m/n.
+
+    Each measurement is capped at `cap` before the mean over seeds.
+    """
+    s = summarize(frame.assign(value=frame.value.clip(upper=cap)), "aspect", "rel_error")
+    s = s[s["input"].str.startswith(EMBEDDING) & (s["method"] == method)]
+    s = s.assign(aspect=s.m // s.n)
+    return s.pivot_table(index="rank", columns="aspect", values="value")
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _style() -> dict[str, dict[str, Any]]:
+    """Colour and line style per method/rule, shared by every figure."""
+    colours = plt.get_cmap("tab10").colors
+    return {
+        "nystrom_rtol0": dict(color=colours[3], linestyle=":", marker="v"),
+        "nystrom_truncated": dict(color=colours[0], linestyle="-", marker="o"),
+        "nystrom_oversampled": dict(color=colours[9], linestyle="--", marker="s"),
+        "projection": dict(color=colours[7], linestyle="-.", marker="x"),
+        "svd": dict(color="black", linestyle="-", marker="", linewidth=2.2),
+        "adamw": dict(color="black", linestyle="-"),
+        "logra_gain": dict(color=colours[2], linestyle="-", marker="o"),
+        "logra_nystrom": dict(color=colours[0], linestyle="--", marker="s"),
+        "naive_projection": dict(color=colours[7], linestyle="-.", marker="x"),
+    }
+
+
+def _grid(n_panels: int, ncols: int = 3) -> tuple[plt.Figure, np.ndarray]:
+    nrows = math.ceil(n_panels / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False,
+                             sharex=True)
+    for ax in axes.flat[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _panel_title(summary: pd.DataFrame, name: str) -> str:
+    row = summary[summary.input == name].iloc[0]
+    if name == QWEN_LAYERS:
+        return f"{name} (median of weights)"
+    return f"{name} ({row.m}×{row.n})"
+
+
+def _rank_axis(ax: plt.Axes, ticks: Iterable[int]) -> None:
+    """A log₂ x axis labelled with the plain tick values."""
+    ticks = sorted(ticks)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FixedFormatter([str(t) for t in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def plot_vs_rank(frame: pd.DataFrame, experiment: str, metric: str, methods: Iterable[str],
+                 ylabel: str, log_y: bool, title: str, labels: dict[str, str],
+                 reference: tuple[float, str] | None = None) -> plt.Figure:
+    """One panel per input: `metric` against sketch rank (log₂ axis), one line per method.
+
+    `reference` = (y, label) draws a labelled horizontal line on every panel.
+    """
+    summary = summarize(frame, experiment, metric)
+    inputs = list(summary.input.drop_duplicates())
+    fig, axes = _grid(len(inputs))
+    style = _style()
+    for ax, name in zip(axes.flat, inputs, strict=False):
+        panel = summary[summary.input == name]
+        for method in methods:
+            line = panel[panel.method == method].sort_values("rank")
+            if line.empty:
+                continue
+            values = line.value.clip(lower=FLOOR) if log_y else line.value
+            ax.plot(line["rank"], values, label=labels[method], **style[method])
+        if reference is not None:
+            ax.axhline(reference[0], color="0.55", linewidth=0.9, linestyle=(0, (5, 3)),
+                       label=reference[1], zorder=0)
+        _rank_axis(ax, summary["rank"].unique())
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_title(_panel_title(summary, name), fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("sketch rank r")
+        ax.xaxis.set_tick_params(labelbottom=True)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=len(names), frameon=False,
+               bbox_to_anchor=(0.5, 1.0), fontsize=9)
+    fig.suptitle(title, y=1.04)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig
+
+
+def plot_error_vs_rank(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """The main figure: ‖M − M̂‖_F/‖M‖_F against r for every input and method."""
+    return plot_vs_rank(frame, "reconstruction", "rel_error", METHODS,
+                        "relative error ‖M−M̂‖_F / ‖M‖_F", True,
+                        f"Reconstruction error of rank-r sketches (mean of "
+                        f"{len(cfg['sketch_seeds'])} sketch seeds; errors of 0 drawn at {FLOOR:g})",
+                        method_labels(cfg["oversample_ratio"]), reference=(1.0, "M̂ = 0"))
+
+
+def plot_cosine_vs_rank(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Cosine ⟨M, M̂⟩/(‖M‖‖M̂‖) against r for every input and method."""
+    return plot_vs_rank(frame, "reconstruction", "cosine", METHODS, "cosine(M̂, M)", False,
+                        "Cosine of the reconstruction with the true matrix",
+                        method_labels(cfg["oversample_ratio"]))
+
+
+def plot_direction_vs_rank(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Cosine between each sketched rule's update and AdamW's, mean over the stream."""
+    return plot_vs_rank(frame, "direction", "cosine", RULES[1:], "cosine(update, AdamW update)",
+                        False, f"Update direction against dense AdamW on the same gradients "
+                        f"(mean over {cfg['stream_steps']} steps)", method_labels())
+
+
+def plot_aspect(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Relative error against aspect ratio m/n at fixed numel, one line per rank.
+
+    Rows: the embedding gradient and the power-law control; columns: the SVD optimum, the
+    optimizer's truncated Nyström, and Nyström with an oversampled left sketch.
+    """
+    s = summarize(frame, "aspect", "rel_error")
+    s = s.assign(aspect=s.m // s.n, family=s["input"].str.replace(r" \d+×\d+$", "", regex=True))
+    families = list(s.family.drop_duplicates())
+    methods = ("svd", "nystrom_truncated", "nystrom_oversampled")
+    labels = method_labels(cfg["oversample_ratio"])
+    fig, axes = plt.subplots(len(families), len(methods), figsize=(4.3 * len(methods),
+                             3.4 * len(families)), squeeze=False, sharex=True, sharey="row")
+    ranks = sorted(s["rank"].unique())
+    colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(ranks)))
+    for row, family in zip(axes, families, strict=True):
+        for ax, method in zip(row, methods, strict=True):
+            for colour, r in zip(colours, ranks, strict=True):
+                line = s[(s.family == family) & (s.method == method) & (s["rank"] == r)]
+                line = line.sort_values("aspect")
+                ax.plot(line.aspect, line.value.clip(lower=FLOOR), marker="o", color=colour,
+                        label=f"r = {r}")
+            ax.axhline(1.0, color="0.55", linewidth=0.9, linestyle=(0, (5, 3)), zorder=0)
+            _rank_axis(ax, s.aspect.unique())
+            ax.set_yscale("log")
+            ax.set_title(f"{family}: {labels[method]}", fontsize=9)
+            ax.grid(True, which="major", alpha=0.3)
+        row[0].set_ylabel("relative error ‖M−M̂‖_F / ‖M‖_F")
+    for ax in axes[-1]:
+        ax.set_xlabel("aspect ratio m/n")
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
+               title="sketch rank")
+    fig.suptitle(f"Claim C9: error against aspect ratio at fixed size m·n = "
+                 f"{cfg['aspect_numel']:,} (dashed: error of M̂ = 0)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_training(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Training loss against step for each problem and rule (log loss axis)."""
+    sel = frame[(frame.experiment == "training") & (frame.metric == "loss")]
+    problems = list(sel.input.drop_duplicates())
+    fig, axes = plt.subplots(1, len(problems), figsize=(5.4 * len(problems), 4.0), squeeze=False)
+    style, labels = _style(), method_labels()
+    ylabels = {"least squares": "full-batch MSE", "mlp classifier": "training cross-entropy (nats)"}
+    lrs = {"least squares": cfg["lstsq_lr"], "mlp classifier": cfg["mlp_lr"]}
+    accuracy = frame[(frame.experiment == "training") & (frame.metric == "accuracy")]
+    accuracy = dict(zip(accuracy.method, accuracy.value, strict=True))
+    for ax, problem in zip(axes[0], problems, strict=True):
+        for rule in RULES:
+            curve = sel[(sel.input == problem) & (sel.method == rule)].sort_values("step")
+            label = labels[rule]
+            if problem == "mlp classifier":
+                label += f" (test accuracy {accuracy[rule]:.1%})"
+            ax.plot(curve.step, curve.value, label=label, **{**style[rule], "marker": None})
+        ax.set_yscale("log")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(ylabels.get(problem, "loss"))
+        ax.set_title(f"{problem} (lr={lrs.get(problem, float('nan')):g}, "
+                     f"r={cfg['train_rank']})", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Training with sketched optimizers (no KL control, weight decay 0)")
+    fig.tight_layout()
+    return fig
+
+
+FIGURES: dict[str, Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]] = {
+    "sketch_error": plot_error_vs_rank,
+    "sketch_error_cosine": plot_cosine_vs_rank,
+    "sketch_error_direction": plot_direction_vs_rank,
+    "sketch_error_aspect": plot_aspect,
+    "sketch_error_training": plot_training,
+}
