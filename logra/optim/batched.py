@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from logra.optim.sketch import Reduce, identity
 from logra.optim.updates import as_matrix
 
 
@@ -60,30 +61,36 @@ class StackedUpdate:
 def gain_update(
     params: list[Tensor], G: Tensor, L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor,
     rho: Tensor, kappa: Tensor, lr: float, weight_decay: float, sign: float,
+    reduce: Reduce = identity,
 ) -> StackedUpdate:
-    """The gain rule on a stack, Δ written over G. Shapes as in `sk.gain_factors`, plus B."""
+    """The gain rule on a stack, Δ written over G. Shapes as in `sk.gain_factors`, plus B.
+
+    `reduce` sums over ranks when the stack holds shards of rows (`logra.optim.sketch`).
+    """
     col_gain = u_L.norm(dim=1).div_(L.norm(dim=1).clamp_min_(1e-30)).sqrt_()  # B×n
     row_gain = u_R.norm(dim=2).div_(R.norm(dim=2).clamp_min_(1e-30)).sqrt_()  # B×m
     delta = G.mul_(row_gain.mul_(-lr * sign)[:, :, None]).mul_(col_gain[:, None, :])
     _add_weight_decay(delta, params, lr, weight_decay)
-    return StackedUpdate(params=params, delta=delta, row_weight=_normalized(rho), col_weight=kappa)
+    return StackedUpdate(params=params, delta=delta, row_weight=_normalized(rho, reduce),
+                         col_weight=kappa)
 
 
 def nystrom_update(
     params: list[Tensor], G: Tensor, left: Tensor, m_L: Tensor, P: Tensor, rtol: float,
     rho: Tensor, kappa: Tensor, eps: float, lr: float, weight_decay: float,
+    reduce: Reduce = identity,
 ) -> StackedUpdate:
     """The Nyström rule on a stack, Δ written over G: left = m̂_R, m_L = m̂_L (B×k×n)."""
-    right = torch.linalg.pinv(torch.matmul(P.T, left), rtol=rtol) @ m_L  # B×r×n
-    row_weight = _normalized(rho)
+    right = torch.linalg.pinv(reduce(torch.matmul(P.T, left)), rtol=rtol) @ m_L  # B×r×n
+    row_weight = _normalized(rho, reduce)
     denom = (row_weight.sqrt()[:, :, None] * kappa.sqrt()[:, None, :]).add_(eps)
     delta = torch.bmm(left, right, out=G).div_(denom).mul_(-lr)
     _add_weight_decay(delta, params, lr, weight_decay)
     return StackedUpdate(params=params, delta=delta, row_weight=row_weight, col_weight=kappa)
 
 
-def _normalized(rho: Tensor) -> Tensor:
-    return rho / rho.sum(dim=1, keepdim=True).clamp_min(1e-30)
+def _normalized(rho: Tensor, reduce: Reduce) -> Tensor:
+    return rho / reduce(rho.sum(dim=1, keepdim=True)).clamp_min(1e-30)
 
 
 def _add_weight_decay(delta: Tensor, params: list[Tensor], lr: float, weight_decay: float):
@@ -97,24 +104,25 @@ class ForeachDenseUpdate:
     """AdamW's update of several tensors with the same step count, by `torch._foreach_*`."""
 
     params: list[Tensor]
+    grads: list[Tensor]  # the gradient buffers (they receive Δ for the JVP estimator)
     delta: list[Tensor]  # fp32, one per parameter
     exp_avg_sqs: list[Tensor]
     bias2: float
 
     @classmethod
     def build(
-        cls, params: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
-        step: int, group: dict,
+        cls, params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+        exp_avg_sqs: list[Tensor], step: int, group: dict,
     ) -> ForeachDenseUpdate:
-        """Update the moments in place and form Δ = −lr·(m̂/(√v̂+ε) + λW)."""
+        """Update the moments in place with `grads` and form Δ = −lr·(m̂/(√v̂+ε) + λW)."""
         beta1, beta2 = group["betas"]
         lr, weight_decay = float(group["lr"]), group["weight_decay"]
-        grads = [p.grad.float() for p in params]
+        values = [g.float() for g in grads]
         if group["maximize"]:
-            grads = torch._foreach_neg(grads)
-        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+            values = torch._foreach_neg(values)
+        torch._foreach_lerp_(exp_avgs, values, 1 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, values, values, value=1 - beta2)
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         denom = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_div_(denom, math.sqrt(bias2))
@@ -123,7 +131,8 @@ class ForeachDenseUpdate:
         torch._foreach_mul_(delta, -lr / bias1)
         if weight_decay != 0:
             torch._foreach_add_(delta, [p.float() for p in params], alpha=-lr * weight_decay)
-        return cls(params=params, delta=delta, exp_avg_sqs=exp_avg_sqs, bias2=bias2)
+        return cls(params=params, grads=grads, delta=delta, exp_avg_sqs=exp_avg_sqs,
+                   bias2=bias2)
 
     def predicted_fisher(self) -> Tensor:
         """Σ v̂ Δ² = Σ ‖√v Δ‖² / (1−β₂ᵗ)."""
@@ -131,8 +140,8 @@ class ForeachDenseUpdate:
         return torch.stack(torch._foreach_norm(scaled)).square().sum() / self.bias2
 
     def store_delta(self) -> None:
-        for p, d in zip(self.params, self.delta, strict=True):
-            p.grad.copy_(d)
+        for g, d in zip(self.grads, self.delta, strict=True):
+            g.copy_(d)
 
     def apply(self, gamma: float) -> None:
         if all(p.dtype == torch.float32 for p in self.params):

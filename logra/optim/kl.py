@@ -78,6 +78,19 @@ def predicted_kl_jvp(
     shapes; parameters not named keep their values and get no tangent. The model runs in eval
     mode for this pass (restored afterwards) so that dropout does not enter the prediction.
     """
+    return fisher_quadratic(*logits_jvp(model, delta, args, kwargs), token_mask)
+
+
+def logits_jvp(
+    model: nn.Module,
+    delta: Mapping[str, Tensor],
+    args: tuple = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The logits z of `model(*args, **kwargs)` and their tangent v = J Δ, both (…, vocab).
+
+    One forward-mode JVP (`predicted_kl_jvp` documents `delta` and the eval-mode pass).
+    """
     kwargs = dict(kwargs or {})
     named = dict(model.named_parameters())
     unknown = sorted(set(delta) - set(named))
@@ -95,10 +108,16 @@ def predicted_kl_jvp(
     model.eval()
     try:
         with sdpa_kernel(SDPBackend.MATH):
-            logits, logit_tangent = jvp(logits_at, primals, tangents)
+            return jvp(logits_at, primals, tangents)
     finally:
         model.train(was_training)
-    return fisher_quadratic(logits, logit_tangent, token_mask)
+
+
+def token_count(logits: Tensor, token_mask: Tensor | None = None) -> Tensor:
+    """The number of tokens a token mean over `logits` (…, vocab) runs over (fp32 scalar)."""
+    if token_mask is None:
+        return torch.tensor(float(logits.shape[:-1].numel()), device=logits.device)
+    return token_mask.float().sum()
 
 
 class BatchRecorder:

@@ -35,6 +35,12 @@ parameters + gradients + state + cache-sized blocks. The one exception is `kl_es
 whose JVP needs Δ whole: it is written into the gradient buffer (free once sketched), so after
 such a step `p.grad` holds the unscaled Δ, not the gradient.
 
+More than one device (docs/distributed.md): under DDP every rank takes the same step from the
+all-reduced gradients (the JVP estimator averages its prediction over `process_group`);
+`logra.optim.comm_hook` all-reduces the sketches instead of the gradients of Nyström matrices;
+FSDP2's DTensor parameters are stepped on their local rows, with the few sums over rows
+all-reduced (`logra.optim.distributed`).
+
 Why "gain" is the default: it is a positive row/column rescaling of the current gradient, hence
 always a descent direction, and keeps full rank every step. The literal Nyström reading is an
 oblique projection that is exact only while the momentum has rank ≤ r; above that it can point
@@ -51,13 +57,29 @@ from itertools import chain
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
 from logra.optim import batched
 from logra.optim import sketch as sk
-from logra.optim.kl import BatchRecorder, predicted_kl_jvp
+from logra.optim.distributed import (
+    RowShard,
+    all_reduce_sum,
+    distribute_state,
+    local,
+    reducer,
+    row_shard,
+    true_on_every_rank,
+)
+from logra.optim.kl import (
+    BatchRecorder,
+    fisher_quadratic,
+    logits_jvp,
+    predicted_kl_jvp,
+    token_count,
+)
 from logra.optim.updates import DenseUpdate, GainUpdate, NystromUpdate, Update, as_matrix
 
 RECONSTRUCTIONS = ("gain", "nystrom")
@@ -88,12 +110,19 @@ BATCH_MAX_NUMEL = 1 << 18
 
 @dataclass
 class _Slot:
-    """One parameter with a gradient in this step."""
+    """One parameter with a gradient in this step.
+
+    `weight` and `grad` are what this rank updates and reads: the parameter and its gradient, or
+    for an FSDP2 DTensor their local rows (`shard`), views that write through to the DTensor.
+    """
 
     group: dict[str, Any]
     param: Tensor
     key: int  # position in the optimizer's parameter order: the stable key of its projections
     name: str
+    weight: Tensor
+    grad: Tensor
+    shard: RowShard | None
 
 
 @dataclass
@@ -126,6 +155,10 @@ class LoGRA(Optimizer):
         refresh_every: draw new projections every this many steps (moments are re-sketched into
             the new ones); None keeps them fixed.
         maximize: ascend instead of descend, as in AdamW.
+        process_group: under DDP, the data-parallel group: the JVP's KL prediction, made on each
+            rank's own batch, is token-averaged over it, so that γ and the weights stay equal on
+            every rank ("diag" needs nothing: it reads only all-reduced gradients). FSDP2's
+            DTensor parameters bring their own group (see `logra.optim.distributed`).
     """
 
     def __init__(
@@ -153,6 +186,7 @@ class LoGRA(Optimizer):
         capturable: bool = False,
         differentiable: bool = False,
         fused: bool | None = None,
+        process_group: dist.ProcessGroup | None = None,
     ) -> None:
         for flag, value in (("amsgrad", amsgrad), ("capturable", capturable),
                             ("differentiable", differentiable), ("fused", fused)):
@@ -180,6 +214,7 @@ class LoGRA(Optimizer):
         self.kl_calibration = float(kl_calibration)
         self.cache_projections = cache_projections
         self.refresh_every = refresh_every
+        self.process_group = process_group
         self.skipped_steps = 0
         self.last_step: dict[str, Any] = {}
         self._projection_cache: dict[tuple, Tensor] = {}
@@ -243,14 +278,21 @@ class LoGRA(Optimizer):
                 loss = closure()
 
         slots = self._slots_with_grad()
+        mesh_group = _mesh_group(slots)
         control = self.predicted_kl_threshold is not None
         jvp = control and self.kl_estimator == "jvp"
+        if jvp and mesh_group is not None:
+            raise NotImplementedError(
+                "kl_estimator='jvp' does not support FSDP2-sharded (DTensor) parameters; use "
+                "kl_estimator='diag' (with kl_calibration) under FSDP2"
+            )
         kl_inputs = self._kl_inputs(slots) if jvp else None  # fails before any state changes
 
         units = self._units(slots)
         sketches = [self._sketch_unit(unit) for unit in units]
         if not _finite([t for unit, sketch in zip(units, sketches, strict=True)
-                        for t in (sketch[-2:] if sketch else [s.param.grad for s in unit.slots])]):
+                        for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])],
+                       mesh_group):
             self.skipped_steps += 1
             self.last_step = dict(predicted_kl=math.nan, applied_kl=math.nan, gamma=0.0,
                                   clipped=False, skipped=True, skipped_steps=self.skipped_steps)
@@ -265,8 +307,8 @@ class LoGRA(Optimizer):
                 update.store_delta()
             predicted = float(self._jvp_kl(slots, *kl_inputs))
         elif control:
-            fisher = sum((u.predicted_fisher().cpu() for u in updates), torch.zeros(()))
-            predicted = 0.5 * self.kl_calibration * float(fisher)
+            fisher = _predicted_fisher(units, updates, mesh_group)
+            predicted = 0.5 * self.kl_calibration * fisher
         gamma = 1.0
         if control and predicted > self.predicted_kl_threshold:
             gamma = math.sqrt(self.predicted_kl_threshold / predicted)
@@ -276,7 +318,7 @@ class LoGRA(Optimizer):
             self.skipped_steps += 1
         elif jvp:
             for slot in slots:
-                slot.param.add_(slot.param.grad, alpha=gamma)
+                slot.weight.add_(slot.grad, alpha=gamma)
         else:
             for update in updates:
                 update.apply(gamma)
@@ -306,9 +348,34 @@ class LoGRA(Optimizer):
                         raise TypeError(f"LoGRA does not support complex gradients ({name})")
                     if not p.grad.is_contiguous():
                         p.grad = p.grad.contiguous()
-                    slots.append(_Slot(group, p, key, name))
+                    slots.append(_Slot(group, p, key, name, local(p), local(p.grad),
+                                       row_shard(p, name)))
                 key += 1
         return slots
+
+    def sketch_only_projections(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor] | None]:
+        """For each parameter, the projections (P: m×k, Q: n×r) its next step will sketch its
+        gradient with, if that step reads the gradient only through the sketches L = Pᵀ G and
+        R = G Q; else None.
+
+        That is a sketched matrix with the Nyström reconstruction. The gain rule also reads G
+        itself (D = √s ⊙ G ⊙ √c), and dense AdamW reads all of G, so they get None. A DDP
+        communication hook may all-reduce (L, R) instead of G for the others
+        (`logra.optim.comm_hook`). Parameters that are not in this optimizer get None.
+        """
+        group_of = {id(p): g for g in self.param_groups for p in g["params"]}
+        plans: list[tuple[Tensor, Tensor] | None] = []
+        for p in params:
+            group = group_of.get(id(p))
+            if (group is None or group["reconstruction"] != "nystrom" or not group["sketch"]
+                    or sketch_shapes(p.shape, group["rank"], group["oversample"]) is None):
+                plans.append(None)
+                continue
+            state = self.state.get(p)  # (indexing the defaultdict would add an entry)
+            step = int(state["step"].item()) if state else 0
+            slot = _Slot(group, p, -1, "", p, p, None)
+            plans.append(self._projections(slot, self._epoch(step + 1)))
+        return plans
 
     def _sketch_shapes(self, slot: _Slot):
         group = slot.group
@@ -361,22 +428,31 @@ class LoGRA(Optimizer):
             sketched = self._sketch_shapes(slot) is not None
             state = self.state[slot.param]
             step = int(state["step"].item()) if state else 0
-            key = ((id(slot.group), sketched, tuple(slot.param.shape) if sketched else (), step)
-                   if batched else (slot.key,))
+            key = ((id(slot.group), sketched, tuple(slot.param.shape) if sketched else (), step,
+                    slot.shard is None) if batched else (slot.key,))
             units.setdefault(key, _Unit(sketched, batched, [])).slots.append(slot)
         return list(units.values())
 
     def _sketch_unit(self, unit: _Unit) -> tuple | None:
         """Sketches of a unit's gradients, changing no state: (P, Q, L, R), or (P, Q, G, L, R)
-        with the stacked gradients when batched; None for dense units."""
+        with the stacked gradients when batched; None for dense units.
+
+        For row shards P is the shard's rows of P, L the all-reduced sum of the shards' Pᵢᵀ Gᵢ
+        and R the shard's rows of G Q.
+        """
         if not unit.sketched:
             return None
         first = unit.slots[0]
         state = self.state[first.param]
         P, Q = self._projections(first, self._epoch(int(state["step"].item()) + 1 if state else 1))
+        reduce = reducer(first.shard)
+        if first.shard is not None:
+            P = P[first.shard.slice]
         if not unit.batched:
-            return (P, Q, *sk.sketch(as_matrix(first.param.grad), P, Q))
-        return (P, Q, *batched.stacked_sketch([s.param.grad for s in unit.slots], P, Q))
+            L, R = sk.sketch(as_matrix(first.grad), P, Q)
+            return P, Q, reduce(L), R
+        G, L, R = batched.stacked_sketch([s.grad for s in unit.slots], P, Q)
+        return P, Q, G, reduce(L), R
 
     def _update_unit(self, unit: _Unit, sketch: tuple | None):
         """Update the unit's moments and return the rule that yields its Δ."""
@@ -394,9 +470,11 @@ class LoGRA(Optimizer):
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32)
             state["epoch"] = 0
+            rows = slot.param.shape[0]
             for side, sketch in (("L", L), ("R", R)):
-                state[f"exp_avg_{side}"] = torch.zeros_like(sketch)
-                state[f"exp_avg_sq_{side}"] = torch.zeros_like(sketch)
+                for name in (f"exp_avg_{side}", f"exp_avg_sq_{side}"):
+                    state[name] = distribute_state(torch.zeros_like(sketch), slot.shard,
+                                                   sharded_rows=side == "R", rows=rows)
         state["step"] += 1
         return state
 
@@ -413,7 +491,7 @@ class LoGRA(Optimizer):
                 self._resketch_moments(slot, state, P, Q)
         if group["maximize"]:
             L, R = L.neg_(), R.neg_()
-        m_L, v_L, m_R, v_R = ([s[name] for s in states] for name in
+        m_L, v_L, m_R, v_R = ([local(s[name]) for s in states] for name in
                               ("exp_avg_L", "exp_avg_sq_L", "exp_avg_R", "exp_avg_sq_R"))
         for moments, squares, sketch in ((m_L, v_L, L), (m_R, v_R, R)):
             parts = list(sketch.unbind(0))
@@ -423,21 +501,22 @@ class LoGRA(Optimizer):
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         m_L, m_R = torch.stack(m_L).div_(bias1), torch.stack(m_R).div_(bias1)
         v_L, v_R = torch.stack(v_L).div_(bias2), torch.stack(v_R).div_(bias2)
-        rho, kappa = sk.energies(v_R, v_L)
-        params = [s.param for s in slots]
+        rho, kappa = sk.energies(v_R, v_L, rows=slots[0].param.shape[0])
+        weights = [s.weight for s in slots]
         lr, weight_decay = float(group["lr"]), group["weight_decay"]
+        reduce = reducer(slots[0].shard)
         if group["reconstruction"] == "gain":
             u_L = m_L.div_(v_L.sqrt_().add_(group["eps"]))
             u_R = m_R.div_(v_R.sqrt_().add_(group["eps"]))
             sign = -1.0 if group["maximize"] else 1.0
-            return batched.gain_update(params, G, L, R, u_L, u_R, rho, kappa, lr,
-                                       weight_decay, sign)
-        return batched.nystrom_update(params, G, m_R, m_L, P, group["rtol"], rho, kappa,
-                                      group["eps"], lr, weight_decay)
+            return batched.gain_update(weights, G, L, R, u_L, u_R, rho, kappa, lr,
+                                       weight_decay, sign, reduce)
+        return batched.nystrom_update(weights, G, m_R, m_L, P, group["rtol"], rho, kappa,
+                                      group["eps"], lr, weight_decay, reduce)
 
     def _sketched_update(self, slot: _Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor) -> Update:
         """Update the sketch moments with (L, R); return the rule that yields Δ."""
-        group, p = slot.group, slot.param
+        group = slot.group
         beta1, beta2 = group["betas"]
         state = self._sketch_state(slot, L, R)
         step = int(state["step"].item())
@@ -445,42 +524,47 @@ class LoGRA(Optimizer):
             self._resketch_moments(slot, state, P, Q)
         if group["maximize"]:
             L, R = L.neg_(), R.neg_()
-        m_L, v_L = state["exp_avg_L"], state["exp_avg_sq_L"]
-        m_R, v_R = state["exp_avg_R"], state["exp_avg_sq_R"]
+        m_L, v_L = local(state["exp_avg_L"]), local(state["exp_avg_sq_L"])
+        m_R, v_R = local(state["exp_avg_R"]), local(state["exp_avg_sq_R"])
         m_L.lerp_(L, 1 - beta1)
         m_R.lerp_(R, 1 - beta1)
         v_L.mul_(beta2).addcmul_(L, L, value=1 - beta2)
         v_R.mul_(beta2).addcmul_(R, R, value=1 - beta2)
 
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
-        rho, kappa = sk.energies(v_R / bias2, v_L / bias2)
-        common = dict(param=p, lr=float(group["lr"]),
+        rho, kappa = sk.energies(v_R / bias2, v_L / bias2, rows=slot.param.shape[0])
+        reduce = reducer(slot.shard)
+        common = dict(param=slot.weight, lr=float(group["lr"]),
                       weight_decay=group["weight_decay"],
-                      row_weight=rho / rho.sum().clamp_min(1e-30), col_weight=kappa)
+                      row_weight=rho / reduce(rho.sum()).clamp_min(1e-30), col_weight=kappa)
         if group["reconstruction"] == "gain":
             u_L = (m_L / bias1).div_((v_L / bias2).sqrt_().add_(group["eps"]))
             u_R = (m_R / bias1).div_((v_R / bias2).sqrt_().add_(group["eps"]))
             row_gain, col_gain = sk.gain_factors(L, R, u_L, u_R)
             if group["maximize"]:
                 row_gain.neg_()  # D = √s ⊙ (−G) ⊙ √c on the unnegated gradient
-            return GainUpdate(grad=as_matrix(p.grad), row_gain=row_gain, col_gain=col_gain,
+            return GainUpdate(grad=as_matrix(slot.grad), row_gain=row_gain, col_gain=col_gain,
                               **common)
         left = m_R / bias1
-        right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"])
+        right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"], reduce)
         return NystromUpdate(left=left, right=right, eps=group["eps"], **common)
 
     def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor) -> None:
-        """Carry the moments from the previous epoch's projections into P, Q."""
+        """Carry the moments from the previous epoch's projections into P, Q (P: this rank's
+        rows of P when sharded), in place."""
         group, m = slot.group, slot.param.shape[0]
         k = group["rank"] + group["oversample"]
         P_old = sk.orthonormal_projection(
             m, k, _projection_seed(group["seed"], 0, m, k, state["epoch"]), slot.param.device)
-        state["exp_avg_L"], state["exp_avg_R"] = sk.transport_first_moment(
-            state["exp_avg_R"], state["exp_avg_L"], P_old, P, Q, slot.group["rtol"]
-        )
-        state["exp_avg_sq_L"], state["exp_avg_sq_R"] = sk.transport_second_moment(
-            state["exp_avg_sq_R"], state["exp_avg_sq_L"], P, Q
-        )
+        if slot.shard is not None:
+            P_old = P_old[slot.shard.slice]
+        reduce = reducer(slot.shard)
+        m_L, v_L = local(state["exp_avg_L"]), local(state["exp_avg_sq_L"])
+        m_R, v_R = local(state["exp_avg_R"]), local(state["exp_avg_sq_R"])
+        new_m_L, new_m_R = sk.transport_first_moment(m_R, m_L, P_old, P, Q, group["rtol"], reduce)
+        new_v_L, new_v_R = sk.transport_second_moment(v_R, v_L, P, Q, reduce, rows=m)
+        for moment, new in ((m_L, new_m_L), (m_R, new_m_R), (v_L, new_v_L), (v_R, new_v_R)):
+            moment.copy_(new)
         state["epoch"] = self._epoch(int(state["step"].item()))
 
     def _dense_state(self, slot: _Slot) -> dict:
@@ -495,18 +579,18 @@ class LoGRA(Optimizer):
 
     def _dense_update(self, slot: _Slot) -> Update:
         """AdamW's moments for a 1-D, small or unsketched parameter; return its rule."""
-        group, p = slot.group, slot.param
+        group = slot.group
         beta1, beta2 = group["betas"]
         state = self._dense_state(slot)
         step = int(state["step"].item())
-        grad = p.grad.float()
+        grad = slot.grad.float()
         if group["maximize"]:
             grad = -grad
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg, exp_avg_sq = local(state["exp_avg"]), local(state["exp_avg_sq"])
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         return DenseUpdate(
-            param=p, lr=float(group["lr"]), weight_decay=group["weight_decay"],
+            param=slot.weight, lr=float(group["lr"]), weight_decay=group["weight_decay"],
             exp_avg=as_matrix(exp_avg), exp_avg_sq=as_matrix(exp_avg_sq),
             bias1=1 - beta1**step, bias2=1 - beta2**step, eps=group["eps"],
         )
@@ -514,8 +598,9 @@ class LoGRA(Optimizer):
     def _foreach_dense_update(self, slots: list[_Slot]) -> batched.ForeachDenseUpdate:
         states = [self._dense_state(s) for s in slots]
         return batched.ForeachDenseUpdate.build(
-            [s.param for s in slots], [st["exp_avg"] for st in states],
-            [st["exp_avg_sq"] for st in states], int(states[0]["step"].item()), slots[0].group,
+            [s.weight for s in slots], [s.grad for s in slots],
+            [local(st["exp_avg"]) for st in states], [local(st["exp_avg_sq"]) for st in states],
+            int(states[0]["step"].item()), slots[0].group,
         )
 
     def _kl_inputs(self, slots: list[_Slot]) -> tuple[nn.Module, tuple, dict, Tensor | None]:
@@ -540,10 +625,20 @@ class LoGRA(Optimizer):
         self, slots: list[_Slot], model: nn.Module, args: tuple, kwargs: dict,
         token_mask: Tensor | None,
     ) -> Tensor:
-        """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits, Δ read from the grad buffers."""
+        """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits, Δ read from the grad buffers.
+
+        With a `process_group` each rank predicts on its own batch and the token mean runs over
+        every rank's tokens: Σ_ranks (mean · tokens) / Σ_ranks tokens, one all-reduce.
+        """
         names = {id(p): name for name, p in model.named_parameters()}
         delta = {names[id(s.param)]: s.param.grad for s in slots}
-        return predicted_kl_jvp(model, delta, args, kwargs, token_mask)
+        if self.process_group is None:
+            return predicted_kl_jvp(model, delta, args, kwargs, token_mask)
+        logits, tangent = logits_jvp(model, delta, args, kwargs)
+        count = token_count(logits, token_mask)
+        terms = torch.stack([fisher_quadratic(logits, tangent, token_mask) * count, count])
+        total, tokens = all_reduce_sum(terms, self.process_group)
+        return total / tokens.clamp_min(1.0)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -596,14 +691,41 @@ def _projection_seed(seed: int, side: int, dim: int, cols: int, epoch: int) -> i
     return sk.seed_for(seed, (dim << 20) | cols, epoch, side)
 
 
-def _finite(tensors: list[Tensor]) -> bool:
-    """All entries finite, in one foreach reduction (max |x| propagates NaN and ∞).
+def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> bool:
+    """All entries finite (on every rank of `group`), in one foreach reduction (max |x|
+    propagates NaN and ∞) and at most one all-reduce.
 
     For a sketched matrix the check runs on L and R: a NaN or ∞ anywhere in G reaches them.
     """
     if not tensors:
         return True
-    return bool(torch.stack(torch._foreach_norm(tensors, math.inf)).isfinite().all())
+    nonempty = [t for t in tensors if t.numel()]  # a shard may hold no rows
+    flag = (torch.stack(torch._foreach_norm(nonempty, math.inf)).isfinite().all() if nonempty
+            else torch.ones((), dtype=torch.bool, device=tensors[0].device))
+    return true_on_every_rank(flag, group)
+
+
+def _mesh_group(slots: list[_Slot]) -> dist.ProcessGroup | None:
+    """The process group of the sharded parameters' mesh (one for all of them), or None."""
+    meshes = {s.shard.mesh for s in slots if s.shard is not None}
+    if len(meshes) > 1:
+        raise NotImplementedError("LoGRA supports DTensor parameters on one device mesh only")
+    return meshes.pop().get_group() if meshes else None
+
+
+def _predicted_fisher(units: list[_Unit], updates: list, group: dist.ProcessGroup | None) -> float:
+    """Σ F Δ² over every parameter: the row shards' local sums are all-reduced (one scalar),
+    replicated parameters counted once."""
+    replicated = torch.zeros(())
+    sharded: list[Tensor] = []
+    for unit, update in zip(units, updates, strict=True):
+        if unit.slots[0].shard is None:
+            replicated += update.predicted_fisher().cpu()
+        else:
+            sharded.append(update.predicted_fisher())
+    if sharded:
+        replicated += all_reduce_sum(torch.stack(sharded).sum(), group).cpu()
+    return float(replicated)
 
 
 def _validate_group(group: dict[str, Any]) -> None:

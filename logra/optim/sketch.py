@@ -7,17 +7,28 @@ For a matrix M ∈ R^{m×n} and projections P ∈ R^{m×k}, Q ∈ R^{n×r} with 
     right sketch  R = M Q    (m×r)
 
 Everything here is stateless: the optimizer owns the moments and calls these functions.
+
+When the rows of M are sharded over ranks (FSDP2), a product Pᵀ X that sums over rows is a sum
+of per-shard products; the functions that form one take `reduce`, which sums it over the ranks
+(the identity in a single process), and P is then the shard's rows of P.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
 
 # Elements per block of rows: 2^18 fp32 numbers = 1 MiB, which stays in a core's cache.
 BLOCK_ELEMENTS = 1 << 18
+
+Reduce = Callable[[Tensor], Tensor]
+
+
+def identity(tensor: Tensor) -> Tensor:
+    """The `reduce` of a single process: nothing to sum over."""
+    return tensor
 
 
 def row_blocks(rows: int, cols: int) -> Iterator[slice]:
@@ -86,22 +97,25 @@ def nystrom(m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float) -> Tensor:
     return m_R @ nystrom_right(m_R, m_L, P, rtol)
 
 
-def nystrom_right(m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float) -> Tensor:
+def nystrom_right(
+    m_R: Tensor, m_L: Tensor, P: Tensor, rtol: float, reduce: Reduce = identity
+) -> Tensor:
     """The right factor C^† m_L (r×n) of M̂ = m_R · C^† m_L, with C = Pᵀ m_R (k×r)."""
-    return torch.linalg.pinv(P.T @ m_R, rtol=rtol) @ m_L
+    return torch.linalg.pinv(reduce(P.T @ m_R), rtol=rtol) @ m_L
 
 
-def energies(v_R: Tensor, v_L: Tensor) -> tuple[Tensor, Tensor]:
+def energies(v_R: Tensor, v_L: Tensor, rows: int | None = None) -> tuple[Tensor, Tensor]:
     """Row and column energies of the dense second moment, from the sketches' second moments.
 
     For a random orthonormal Q, E[(G Q)²_ik] ≈ (1/n) Σ_j G²_ij, so
         ρ_i = (n/r) Σ_k v_R[i,k]  ≈ Σ_j V_ij     (m,)
         κ_j = (m/k) Σ_k v_L[k,j]  ≈ Σ_i V_ij     (n,)
 
-    Leading batch dimensions, if any, are kept.
+    Leading batch dimensions, if any, are kept. `rows` is m when v_R holds a shard of the rows.
     """
     m, r = v_R.shape[-2:]
     k, n = v_L.shape[-2:]
+    m = m if rows is None else rows
     return v_R.sum(dim=-1).mul_(n / r), v_L.sum(dim=-2).mul_(m / k)
 
 
@@ -129,26 +143,28 @@ def gain_factors(
     return row_gain, col_gain
 
 def transport_first_moment(
-    m_R: Tensor, m_L: Tensor, P_old: Tensor, P_new: Tensor, Q_new: Tensor, rtol: float
+    m_R: Tensor, m_L: Tensor, P_old: Tensor, P_new: Tensor, Q_new: Tensor, rtol: float,
+    reduce: Reduce = identity,
 ) -> tuple[Tensor, Tensor]:
     """Re-sketch the Nyström first moment in new projections without forming it.
 
     M̂ = m_R C^† m_L, so  P_newᵀ M̂ = (P_newᵀ m_R) C^† m_L  and  M̂ Q_new = m_R C^† (m_L Q_new).
     """
-    core_pinv = torch.linalg.pinv(P_old.T @ m_R, rtol=rtol)
-    return (P_new.T @ m_R) @ (core_pinv @ m_L), m_R @ (core_pinv @ (m_L @ Q_new))
+    core_pinv = torch.linalg.pinv(reduce(P_old.T @ m_R), rtol=rtol)
+    return reduce(P_new.T @ m_R) @ (core_pinv @ m_L), m_R @ (core_pinv @ (m_L @ Q_new))
 
 
 def transport_second_moment(
-    v_R: Tensor, v_L: Tensor, P_new: Tensor, Q_new: Tensor
+    v_R: Tensor, v_L: Tensor, P_new: Tensor, Q_new: Tensor, reduce: Reduce = identity,
+    rows: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Re-sketch the rank-1 second moment V̂ = ρκᵀ/Σρ in new projections.
 
     E[(P_newᵀ G)²_kj] = Σ_i P_new[i,k]² V_ij, and likewise on the right, so
     v_L_new = ((P_new²)ᵀ ρ) κᵀ / Σρ  and  v_R_new = ρ (κᵀ Q_new²) / Σρ.
     """
-    rho, kappa = energies(v_R, v_L)
-    total = rho.sum().clamp_min(torch.finfo(rho.dtype).tiny)
-    v_L_new = torch.outer(P_new.square().T @ rho, kappa) / total
+    rho, kappa = energies(v_R, v_L, rows)
+    total = reduce(rho.sum()).clamp_min(torch.finfo(rho.dtype).tiny)
+    v_L_new = torch.outer(reduce(P_new.square().T @ rho), kappa) / total
     v_R_new = torch.outer(rho, kappa @ Q_new.square()) / total
     return v_L_new, v_R_new

@@ -26,8 +26,11 @@ from logra.optim.sketch import row_blocks
 
 
 def as_matrix(t: Tensor) -> Tensor:
-    """The 2-D view the optimizer works on: shape[0] × rest, or 1 × numel for 0-D and 1-D."""
-    return t.view(t.shape[0], -1) if t.dim() >= 2 else t.view(1, -1)
+    """The 2-D view the optimizer works on: shape[0] × rest, or 1 × numel for 0-D and 1-D.
+
+    (`rest` is spelled out so that a shard with no rows, as FSDP2 leaves on some ranks, views.)
+    """
+    return t.view(t.shape[0], math.prod(t.shape[1:])) if t.dim() >= 2 else t.view(1, -1)
 
 
 @dataclass(kw_only=True)
