@@ -1,0 +1,226 @@
+"""`prepare` builds a proxy (or validates a hub scale); `load_policy` loads any scale.
+
+A built proxy is a directory in Hugging Face format — `config.json`, weights, `tokenizer.json` —
+plus `build_config.json` (everything that defines it; its hash decides whether to rebuild) and
+`warmup.json` (steps, time, accuracies). It is saved into a temporary directory and renamed into
+place, so `results/models/<scale>/` is either absent, the previous build, or the complete new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from logra import io
+from logra.data import load_task, to_prompts, to_sft
+from logra.data.prompts import PROXY_TEMPLATE
+from logra.data.tasks import SYNTH_TASKS, synth_key
+from logra.models.evaluate import evaluate_greedy
+from logra.models.ladder import SCALES, ScaleSpec, get_scale
+from logra.models.tokenizer import ALPHABET, SPECIAL_TOKENS, char_tokenizer
+from logra.models.warmup import warm_up
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS_DIR = REPO / "results" / "models"
+BUILD_FORMAT = 1  # bump when the build procedure changes in a way the specs do not show
+
+
+def build_config(spec: ScaleSpec) -> dict:
+    """Everything that defines a proxy: architecture, warm-up, tokenizer, data, template."""
+    warmup = asdict(spec.warmup)
+    del warmup["threads"]  # how fast, not what
+    return {
+        "format": BUILD_FORMAT,
+        "scale": spec.name,
+        "architecture": asdict(spec.arch),
+        "warmup": warmup,
+        "tokenizer": {
+            "alphabet": ALPHABET,
+            "special": list(SPECIAL_TOKENS),
+        },
+        "data": {"tasks": list(SYNTH_TASKS), "key": synth_key(), "template": PROXY_TEMPLATE},
+    }
+
+
+def config_hash(config: dict) -> str:
+    """A short stable hash of a build config (canonical JSON)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def is_current(directory: Path, config: dict) -> bool:
+    """Whether `directory` holds a complete build of exactly `config`."""
+    saved = directory / "build_config.json"
+    if not saved.exists():
+        return False
+    return config_hash(json.loads(saved.read_text())) == config_hash(config)
+
+
+def prepare(
+    scale: str,
+    root: str | Path = MODELS_DIR,
+    force: bool = False,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+) -> Path | str:
+    """The directory of proxy `scale` under `root`, built first unless a current build is there.
+
+    For a hub scale (1.5b, 7b, 27b) this only validates the name and returns the hub id; nothing
+    is downloaded. `data_dir` is where the generated tasks are cached (default results/data).
+    """
+    spec = get_scale(scale)
+    if not spec.is_proxy:
+        return spec.hub_id
+    target = Path(root) / scale
+    config = build_config(spec)
+    if not force and is_current(target, config):
+        return target
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.warmup.threads)
+    try:
+        _build(spec, config, target, data_dir, progress)
+    finally:
+        torch.set_num_threads(threads)
+    return target
+
+
+def _build(
+    spec: ScaleSpec, config: dict, target: Path, data_dir: str | Path | None, progress: bool
+) -> None:
+    """Warm up a fresh proxy, evaluate it on both test splits, save it atomically at `target`."""
+    w = spec.warmup
+    raw = {task: load_task(task, "train", data_dir) for task in SYNTH_TASKS}
+    kept = len(raw["gsm-synth"]) - w.eval_examples  # the last rows are held out for the stop check
+    valid = to_prompts(raw["gsm-synth"].select(range(kept, kept + w.eval_examples)), "gsm-synth")
+    raw["gsm-synth"] = raw["gsm-synth"].select(range(kept))
+    train = {task: to_sft(data, task) for task, data in raw.items()}
+
+    tokenizer = char_tokenizer()
+    torch.manual_seed(w.seed)
+    model = Qwen2ForCausalLM(qwen2_config(spec, tokenizer))
+    checkpoint = target.parent / f".{spec.name}.warmup" / "checkpoint.pt"
+    result = warm_up(model, tokenizer, w, train, valid, checkpoint, config_hash(config), progress)
+    accuracy = {}
+    for task in SYNTH_TASKS:
+        test = load_task(task, "test", data_dir)
+        if w.test_examples is not None:
+            test = test.select(range(min(w.test_examples, len(test))))
+        accuracy[task] = evaluate_greedy(
+            model, tokenizer, to_prompts(test, task), w.max_new_tokens, w.eval_batch_size
+        )
+    report = {
+        "scale": spec.name,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "warmup_steps": result.steps,
+        "warmup_seconds": round(result.seconds, 1),
+        "stopped_early": result.stopped_early,
+        "threads": w.threads,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "test_accuracy": accuracy,
+        "history": result.history,
+    }
+    if w.band is not None and not w.band[0] <= accuracy["gsm-synth"] <= w.band[1]:
+        warnings.warn(
+            f"{spec.name}: greedy gsm-synth test accuracy {accuracy['gsm-synth']:.3f} is outside "
+            f"the band {w.band}; adjust its Warmup in logra/models/ladder.py",
+            stacklevel=3,
+        )
+    _save(model, tokenizer, config, report, target)
+    shutil.rmtree(checkpoint.parent, ignore_errors=True)
+
+
+def qwen2_config(spec: ScaleSpec, tokenizer: PreTrainedTokenizerBase) -> Qwen2Config:
+    """The Qwen2Config of a proxy: its architecture over the tokenizer's vocabulary."""
+    heads = spec.arch.num_attention_heads
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        num_key_value_heads=heads,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **asdict(spec.arch),
+    )
+
+
+def _save(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    config: dict,
+    report: dict,
+    target: Path,
+) -> None:
+    """Save into a temporary sibling of `target`, then swap it into place by renames."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the build is a shared result
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        io.write_json(tmp / "warmup.json", report)
+        io.write_json(tmp / "build_config.json", config)
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_policy(
+    scale_or_path: str,
+    dtype: torch.dtype = torch.float32,
+    root: str | Path = MODELS_DIR,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Model and tokenizer through `from_pretrained`, from a scale name, a directory or a hub id.
+
+    A proxy scale resolves to `root/<scale>`, which must have been built by
+    `logra-repro prepare --scale <scale>`; a hub scale resolves to its hub id.
+    """
+    source = _resolve(scale_or_path, Path(root))
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def _resolve(scale_or_path: str, root: Path) -> str:
+    """A directory or hub id for `from_pretrained`."""
+    if scale_or_path in SCALES:
+        spec = SCALES[scale_or_path]
+        if not spec.is_proxy:
+            return spec.hub_id
+        directory = root / scale_or_path
+        if not (directory / "config.json").exists():
+            raise FileNotFoundError(
+                f"proxy {scale_or_path!r} is not built at {directory}; run "
+                f"`logra-repro prepare --scale {scale_or_path}` first"
+            )
+        return str(directory)
+    if Path(scale_or_path).is_dir():
+        return scale_or_path
+    if scale_or_path.count("/") == 1 and not scale_or_path.startswith((".", "/")):
+        return scale_or_path  # a hub id such as Qwen/Qwen2.5-1.5B-Instruct
+    raise ValueError(
+        f"{scale_or_path!r} is not a scale ({list(SCALES)}), an existing directory, "
+        "or a hub id of the form org/name"
+    )

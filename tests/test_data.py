@@ -1,0 +1,163 @@
+"""Generated tasks (determinism, schema, arithmetic), load_task, hub loaders (faked), prompts."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import datasets
+import pytest
+
+from logra.data import TASKS, load_task, synth, tasks, to_prompts, to_sft
+from logra.data.grading import is_correct
+
+N = 300
+
+
+def _rows(task: str, split: str, seed: int = 0) -> list[dict[str, str]]:
+    return synth.generate(task, split, seed, N, N)
+
+
+@pytest.mark.parametrize("task", ["gsm-synth", "math-synth"])
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_generation_is_deterministic_per_seed(task: str, split: str) -> None:
+    assert _rows(task, split, seed=0) == _rows(task, split, seed=0)
+    assert _rows(task, split, seed=0) != _rows(task, split, seed=1)
+
+
+@pytest.mark.parametrize("task, key", [("gsm-synth", "question"), ("math-synth", "problem")])
+def test_splits_are_disjoint_and_test_questions_distinct(task: str, key: str) -> None:
+    test = {row[key] for row in _rows(task, "test")}
+    assert len(test) == N
+    assert not test & {row[key] for row in _rows(task, "train")}
+
+
+def test_gsm_schema_and_arithmetic() -> None:
+    for row in _rows("gsm-synth", "train"):
+        assert set(row) == {"question", "answer"}
+        assert row["question"].endswith("have now?")
+        chain, final = row["answer"].split("\n#### ")
+        equations = re.findall(r"(\d+)([-+*/])(\d+)=(\d+)\.", chain)
+        assert 2 <= len(equations) <= 3
+        for a, op, b, result in equations:
+            assert Fraction(eval(f"{a}{op}{b}")) == int(result)
+        assert equations[-1][3] == final
+        assert len(row["answer"]) <= synth.MAX_COMPLETION_CHARS
+
+
+def _latex_value(answer: str) -> Fraction:
+    match = re.fullmatch(r"(-?)\\frac\{(\d+)\}\{(\d+)\}", answer)
+    if match:
+        return Fraction(int(match[2]), int(match[3])) * (-1 if match[1] else 1)
+    return Fraction(int(answer))
+
+
+def test_math_schema_and_answers() -> None:
+    for row in _rows("math-synth", "train"):
+        assert set(row) == {"problem", "solution", "answer"}
+        assert row["solution"].endswith(f"\\boxed{{{row['answer']}}}")
+        assert len(row["solution"]) <= synth.MAX_COMPLETION_CHARS
+        value = _latex_value(row["answer"])
+        if row["problem"].startswith("Solve"):
+            a, b, c = map(int, re.fullmatch(r"Solve (-?\d+)x([-+]\d+)=(-?\d+) for x\.",
+                                            row["problem"]).groups())
+            assert a * value + b == c
+        else:
+            expression = re.fullmatch(r"Compute (.*)\.", row["problem"])[1]
+            exact = eval(re.sub(r"(\d+)", r"Fraction(\1)", expression), {"Fraction": Fraction})
+            assert exact == value
+
+
+@pytest.mark.parametrize("task", ["gsm-synth", "math-synth"])
+def test_reference_solutions_grade_correct(task: str) -> None:
+    prompts = to_prompts(datasets.Dataset.from_list(_rows(task, "test")[:50]), task)
+    sft = to_sft(datasets.Dataset.from_list(_rows(task, "test")[:50]), task)
+    for completion, gold in zip(sft["completion"], prompts["gold"], strict=True):
+        assert is_correct(completion, gold)
+
+
+def test_math_mixes_problem_kinds() -> None:
+    starts = {row["problem"].split()[0] for row in _rows("math-synth", "test")}
+    fractions = [row for row in _rows("math-synth", "test") if "\\frac" in row["answer"]]
+    negatives = [row for row in _rows("math-synth", "test") if row["answer"].startswith("-")]
+    assert starts == {"Solve", "Compute"}
+    assert fractions and negatives
+
+
+def test_load_task_writes_json_once_and_reads_it_back(tmp_path) -> None:
+    data = load_task("gsm-synth", "test", tmp_path)
+    path = tasks.synth_path("gsm-synth", "test", tmp_path)
+    assert path.exists() and path.suffix == ".jsonl"
+    assert isinstance(data, datasets.Dataset)
+    assert data.column_names == ["question", "answer"]
+    assert len(data) == tasks.SYNTH_SIZES["test"]
+    stamp = path.stat().st_mtime_ns
+    again = load_task("gsm-synth", "test", tmp_path)
+    assert path.stat().st_mtime_ns == stamp
+    assert again[:] == data[:]
+    math = load_task("math-synth", "test", tmp_path)
+    assert math.column_names == ["problem", "solution", "answer"]
+
+
+def test_load_task_rejects_unknown_task_and_split(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"unknown task 'gsm9k'.*gsm-synth.*math"):
+        load_task("gsm9k", "train", tmp_path)
+    with pytest.raises(ValueError, match=r"unknown split 'dev'.*train.*test"):
+        load_task("gsm-synth", "dev", tmp_path)
+
+
+@pytest.fixture
+def fake_hub(monkeypatch) -> list[tuple]:
+    """Replace datasets.load_dataset for hub ids with small in-memory tables; record calls."""
+    calls: list[tuple] = []
+    tables = {
+        "openai/gsm8k": {"question": ["Tom has 2 and gets 3. How many?"],
+                         "answer": ["2+3=<<2+3=5>>5\n#### 5"]},
+        tasks.MATH_TEST_ID: {"problem": ["What is $1/2+1/3$?"],
+                             "solution": ["It is $\\boxed{\\frac{5}{6}}$."],
+                             "answer": ["\\frac{5}{6}"], "subject": ["Algebra"],
+                             "level": [1], "unique_id": ["x"]},
+        tasks.MATH_TRAIN_ID: {"problem": ["Find $x$ if $2x=8$."],
+                              "solution": ["So $x=\\boxed{4}$."], "level": ["Level 1"],
+                              "type": ["Algebra"]},
+    }
+
+    def load_dataset(path, *args, **kwargs):
+        calls.append((path, *args, kwargs.get("split")))
+        return datasets.Dataset.from_dict(tables[path])
+
+    monkeypatch.setattr(tasks.datasets, "load_dataset", load_dataset)
+    return calls
+
+
+def test_hub_loaders_use_the_benchmark_ids_and_schema(fake_hub) -> None:
+    gsm = load_task("gsm8k", "test")
+    assert fake_hub[-1] == ("openai/gsm8k", "main", "test")
+    assert to_prompts(gsm, "gsm8k")[0]["gold"] == "5"
+    math_test = load_task("math", "test")
+    assert fake_hub[-1] == (tasks.MATH_TEST_ID, "test")
+    assert math_test.column_names == ["problem", "solution", "answer"]
+    math_train = load_task("math", "train")
+    assert fake_hub[-1] == (tasks.MATH_TRAIN_ID, "train")
+    assert math_train[0]["answer"] == "4"  # derived from the last \boxed{} of the solution
+    prompt = to_prompts(math_train, "math")[0]["prompt"]
+    assert "Find $x$ if $2x=8$." in prompt and "\\boxed{}" in prompt
+
+
+def test_to_prompts_columns_template_and_gold() -> None:
+    rows = _rows("gsm-synth", "test")[:3]
+    prompts = to_prompts(datasets.Dataset.from_list(rows), "gsm-synth")
+    assert prompts.column_names == ["prompt", "gold"]
+    assert prompts[0]["prompt"] == f"Q: {rows[0]['question']}\nA: "
+    assert prompts[0]["gold"] == rows[0]["answer"].split("#### ")[1]
+    math = _rows("math-synth", "test")[:3]
+    math_prompts = to_prompts(datasets.Dataset.from_list(math), "math-synth")
+    assert math_prompts[0]["gold"] == math[0]["answer"]
+    with pytest.raises(ValueError, match="valid tasks"):
+        to_prompts(prompts, "nope")
+
+
+def test_every_task_has_a_prompt_format() -> None:
+    from logra.data.prompts import FORMATS
+
+    assert set(FORMATS) == set(TASKS)

@@ -1,0 +1,186 @@
+"""The scale ladder, the smoke proxy built and loaded through from_pretrained, the build cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import datasets
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
+
+from logra.cli import main
+from logra.data import load_task, to_prompts, to_sft
+from logra.models import (
+    SCALES,
+    build,
+    evaluate_greedy,
+    greedy_completions,
+    load_policy,
+    prepare,
+    warmup,
+)
+from logra.models.ladder import Architecture, ScaleSpec, Warmup
+from logra.models.tokenizer import char_tokenizer
+from logra.models.warmup import warm_up
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("models")
+    return prepare("smoke", root=root, data_dir=data_dir, progress=False)
+
+
+def test_ladder_names_and_hub_ids() -> None:
+    assert {"smoke", "proxy-1m", "proxy-4m", "1.5b", "7b", "27b"} <= set(SCALES)
+    assert SCALES["1.5b"].hub_id == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert SCALES["7b"].hub_id == "Qwen/Qwen2.5-7B-Instruct"
+    assert SCALES["27b"].hub_id == "google/gemma-3-27b-it"
+    for name, spec in SCALES.items():
+        assert spec.is_proxy == (spec.arch is not None and spec.warmup is not None), name
+
+
+def test_prepare_for_hub_scales_only_validates(tmp_path) -> None:
+    assert prepare("7b", root=tmp_path) == "Qwen/Qwen2.5-7B-Instruct"
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(ValueError, match=r"unknown scale 'proxy-2m'.*proxy-1m"):
+        prepare("proxy-2m", root=tmp_path)
+
+
+def test_smoke_proxy_is_a_hugging_face_directory(smoke) -> None:
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "build_config.json",
+                 "warmup.json"):
+        assert (smoke / name).exists(), name
+    assert not list(smoke.parent.glob(".*"))  # no temporary or checkpoint directories left
+    report = json.loads((smoke / "warmup.json").read_text())
+    assert report["warmup_steps"] == SCALES["smoke"].warmup.max_steps
+    assert set(report["test_accuracy"]) == {"gsm-synth", "math-synth"}
+
+
+def test_smoke_proxy_loads_through_from_pretrained(smoke, data_dir) -> None:
+    model = AutoModelForCausalLM.from_pretrained(smoke)
+    tokenizer = AutoTokenizer.from_pretrained(smoke)
+    assert isinstance(model, Qwen2ForCausalLM)
+    assert model.config.tie_word_embeddings
+    assert tokenizer.padding_side == "left"
+    text = "Q: Solve -3x+4=-11 for x.\nA: -3x=-15. \\boxed{\\frac{5}{6}}  #### 1,000"
+    ids = tokenizer(text)["input_ids"]
+    assert ids == char_tokenizer()(text)["input_ids"]
+    assert len(ids) == len(text)  # one token per character
+    assert tokenizer.decode(ids) == text
+    policy, policy_tokenizer = load_policy(str(smoke))
+    assert sum(p.numel() for p in policy.parameters()) == sum(
+        p.numel() for p in model.parameters()
+    )
+    prompts = to_prompts(load_task("math-synth", "test", data_dir).select(range(6)), "math-synth")
+    accuracy = evaluate_greedy(policy, policy_tokenizer, prompts, max_new_tokens=8, batch_size=4)
+    assert 0.0 <= accuracy <= 1.0
+
+
+def test_cache_is_reused_when_the_config_is_unchanged(smoke, data_dir, monkeypatch) -> None:
+    def no_build(*args, **kwargs):
+        raise AssertionError("rebuilt although the config did not change")
+
+    monkeypatch.setattr(build, "_build", no_build)
+    assert prepare("smoke", root=smoke.parent, data_dir=data_dir) == smoke
+
+
+def test_builds_are_deterministic_and_rebuilt_when_the_config_changes(
+    smoke, tmp_path, data_dir, monkeypatch
+) -> None:
+    built = prepare("smoke", root=tmp_path, data_dir=data_dir, progress=False)
+    weights = (built / "model.safetensors").read_bytes()
+    assert weights == (smoke / "model.safetensors").read_bytes()
+    before = json.loads((built / "build_config.json").read_text())
+    spec = SCALES["smoke"]
+    changed = dataclasses.replace(spec, warmup=dataclasses.replace(spec.warmup, max_steps=4))
+    monkeypatch.setitem(SCALES, "smoke", changed)
+    assert prepare("smoke", root=tmp_path, data_dir=data_dir, progress=False) == built
+    after = json.loads((built / "build_config.json").read_text())
+    assert after["warmup"]["max_steps"] == 4 != before["warmup"]["max_steps"]
+    assert json.loads((built / "warmup.json").read_text())["warmup_steps"] == 4
+    assert (built / "model.safetensors").read_bytes() != weights
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke"]
+
+
+def test_threads_do_not_change_the_build_hash() -> None:
+    spec = SCALES["proxy-1m"]
+    more = dataclasses.replace(spec, warmup=dataclasses.replace(spec.warmup, threads=8))
+    assert build.build_config(spec) == build.build_config(more)
+
+
+def test_load_policy_names_the_missing_prepare_step(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="logra-repro prepare --scale proxy-1m"):
+        load_policy("proxy-1m", root=tmp_path)
+    with pytest.raises(ValueError, match="not a scale"):
+        load_policy("no-such-thing")
+
+
+def test_cli_prepare_for_a_hub_scale(capsys) -> None:
+    assert main(["prepare", "--scale", "1.5b"]) == 0
+    assert "Qwen/Qwen2.5-1.5B-Instruct" in capsys.readouterr().out
+    assert main(["prepare", "--scale", "bogus"]) == 2
+    assert "valid" in capsys.readouterr().err
+
+
+def _tiny_model() -> tuple[Qwen2ForCausalLM, object]:
+    tokenizer = char_tokenizer()
+    spec = ScaleSpec("tiny", "test", arch=Architecture(32, 2, 2, 64), warmup=Warmup(max_steps=1))
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(build.qwen2_config(spec, tokenizer)), tokenizer
+
+
+def test_batched_left_padded_generation_matches_one_by_one() -> None:
+    model, tokenizer = _tiny_model()
+    prompts = ["Q: 1+1?\nA: ", "Q: Ann has 12 pens. She loses 3.\nA: ", "Q: x\nA: "]
+    batched = greedy_completions(model, tokenizer, prompts, max_new_tokens=10, batch_size=3)
+    single = [greedy_completions(model, tokenizer, [p], 10, 1)[0] for p in prompts]
+    assert batched == single
+
+
+def test_evaluate_greedy_rejects_bad_input() -> None:
+    model, tokenizer = _tiny_model()
+    with pytest.raises(ValueError, match="to_prompts"):
+        evaluate_greedy(model, tokenizer, datasets.Dataset.from_dict({"text": ["a"]}), 4, 2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        greedy_completions(model, tokenizer, ["a"], 0, 2)
+
+
+def test_warm_up_resumes_from_its_checkpoint(tmp_path, data_dir, monkeypatch) -> None:
+    train = {t: to_sft(load_task(t, "train", data_dir).select(range(64)), t)
+             for t in ("gsm-synth", "math-synth")}
+    valid = to_prompts(load_task("gsm-synth", "test", data_dir).select(range(4)), "gsm-synth")
+    config = Warmup(max_steps=6, batch_size=4, lr_warmup_steps=2, eval_every=3, eval_examples=4,
+                    stop_accuracy=None, band=None, max_new_tokens=4, checkpoint_every=3)
+    straight, tokenizer = _tiny_model()
+    warm_up(straight, tokenizer, config, train, valid, tmp_path / "a.pt", "k", progress=False)
+
+    save = warmup._save_checkpoint
+
+    def crash_after_saving(*args):
+        save(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(warmup, "_save_checkpoint", crash_after_saving)
+    interrupted, _ = _tiny_model()
+    with pytest.raises(KeyboardInterrupt):
+        warm_up(interrupted, tokenizer, config, train, valid, tmp_path / "b.pt", "k",
+                progress=False)
+    monkeypatch.setattr(warmup, "_save_checkpoint", save)
+    shutil.copy(tmp_path / "b.pt", tmp_path / "c.pt")
+    for key, checkpoint, resumes in (("k", "b.pt", True), ("another build", "c.pt", False)):
+        torch.manual_seed(1)
+        fresh = Qwen2ForCausalLM(interrupted.config)  # the checkpoint must decide the weights
+        result = warm_up(fresh, tokenizer, config, train, valid, tmp_path / checkpoint, key,
+                         progress=False)
+        assert result.steps == 6 and [h["step"] for h in result.history] == [3, 6]
+        same = all(torch.equal(a, b) for a, b in zip(straight.parameters(), fresh.parameters(),
+                                                     strict=True))
+        assert same == resumes, key
