@@ -1,0 +1,158 @@
+"""Resolving and checking a GRPO run's config before any compute.
+
+`resolve("experiments/grpo.yaml", scale, ["key=value", ...])` reads the YAML's defaults and
+scale (through `logra.experiments.config.load_config`, which rejects unknown keys and scales and
+ill-typed values), applies the overrides (each value parsed by `yaml.safe_load`, so `null`,
+`1e-4` and `[q_proj, v_proj]` mean what they say), and `validate` checks every value against
+its range or its valid choices. Every failure is a `ConfigError` naming the key.
+
+The run directory is `<results_dir>/runs/<run_name>`; without a run_name it is
+`grpo-<optimizer>-<hash>`, the hash covering every key that changes the records. `steps` is not
+among them: there is no learning-rate schedule, so the first k steps of a run do not depend on
+how many follow, and raising `steps` extends a finished run in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from logra.data import TASKS
+from logra.experiments.config import EXPERIMENTS_DIR, ConfigError, load_config
+from logra.models import SCALES
+from logra.optim.logra import KL_ESTIMATORS, RECONSTRUCTIONS
+from logra.rl.factory import OPTIMIZERS, check_optimizer
+
+EXPERIMENT = "grpo"
+DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda", "auto")
+# Keys that do not change what a run computes: they stay out of the run directory's hash.
+NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir", "threads",
+              "scale")
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
+                 "eval_every", "eval_prompts", "eval_batch_size", "checkpoint_every", "rank",
+                 "lora_rank", "threads")
+NONNEGATIVE = ("lr", "weight_decay", "beta")
+POSITIVE = ("clip_eps", "lora_alpha")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "task": TASKS, "dtype": DTYPES, "device": DEVICES, "reconstruction": RECONSTRUCTIONS,
+    "kl_estimator": KL_ESTIMATORS, "optimizer": OPTIMIZERS,
+}
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`["key=value", ...]` → {key: yaml.safe_load(value)}, and `1e-4` is a number (YAML 1.1
+    reads exponents without a dot as strings)."""
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {pair!r} is not of the form key=value")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"cannot parse the value of {key!r}: {value!r} ({err})") from err
+        if isinstance(parsed, str) and NUMBER.fullmatch(parsed):
+            parsed = float(parsed)
+        overrides[key.strip()] = parsed
+    return overrides
+
+
+def experiment_name(experiment: str | Path) -> str:
+    """`grpo`, `grpo.yaml` or `experiments/grpo.yaml` → `grpo`; other files are refused."""
+    path = Path(experiment)
+    name = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    if len(path.parts) > 1 and path.resolve() != (EXPERIMENTS_DIR / f"{name}.yaml").resolve():
+        raise ConfigError(f"configs live in {EXPERIMENTS_DIR}; got {experiment}")
+    return name
+
+
+def resolve(
+    experiment: str | Path = EXPERIMENT, scale: str = "default", overrides: list[str] | None = None,
+    **values: Any,
+) -> dict[str, Any]:
+    """The validated config of `experiment` at `scale` with `key=value` overrides (and kwargs)."""
+    name = experiment_name(experiment)
+    if name != EXPERIMENT:
+        raise ConfigError(f"{name!r} is not a GRPO experiment; use experiments/{EXPERIMENT}.yaml")
+    merged = {**parse_overrides(overrides or []), **values}
+    if "scale" in merged:
+        raise ConfigError(f"scale is not a key: choose it with --scale ({scale!r} now)")
+    return validate(load_config(name, scale, **merged))
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` unchanged if every value is in range; ConfigError naming the first bad key."""
+    for key in POSITIVE_INTS:
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
+    for key in NONNEGATIVE:
+        if not config[key] >= 0:
+            raise ConfigError(f"{key} must be >= 0, got {config[key]!r}")
+    for key in POSITIVE:
+        if not config[key] > 0:
+            raise ConfigError(f"{key} must be > 0, got {config[key]!r}")
+    if config["group_size"] < 2:
+        raise ConfigError(f"group_size must be >= 2 (advantages need a group std), "
+                          f"got {config['group_size']}")
+    for key, choices in CHOICES.items():
+        if config[key] not in choices:
+            raise ConfigError(f"{key} must be one of {list(choices)}, got {config[key]!r}")
+    try:
+        check_optimizer(config["optimizer"])
+    except ImportError as err:
+        raise ConfigError(f"optimizer: {err}") from err
+    threshold = config["predicted_kl_threshold"]
+    if threshold is not None and (isinstance(threshold, bool)
+                                  or not isinstance(threshold, int | float) or threshold <= 0):
+        raise ConfigError(f"predicted_kl_threshold must be a number > 0 or null, got {threshold!r}")
+    targets = config["lora_targets"]
+    if not targets or not all(isinstance(t, str) for t in targets):
+        raise ConfigError(f"lora_targets must be a non-empty list of module names, got {targets!r}")
+    for key in ("run_name", "data_dir"):
+        if config[key] is not None and not isinstance(config[key], str):
+            raise ConfigError(f"{key} must be a string or null, got {config[key]!r}")
+    run_name = config["run_name"]
+    if run_name is not None and (not run_name or "/" in run_name):
+        raise ConfigError(f"run_name must be a non-empty directory name, got {run_name!r}")
+    _check_model(config["model"])
+    return config
+
+
+def _check_model(model: Any) -> None:
+    """A scale name, an existing directory, or a hub id `org/name`."""
+    if not isinstance(model, str):
+        raise ConfigError(f"model must be a string, got {model!r}")
+    if model in SCALES or Path(model).is_dir():
+        return
+    if model.count("/") == 1 and not model.startswith((".", "/")) and all(model.split("/")):
+        return
+    raise ConfigError(
+        f"model {model!r} is not a scale ({list(SCALES)}), an existing directory, "
+        "or a hub id of the form org/name"
+    )
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """12 hex digits of the canonical JSON of the keys that change the records."""
+    hashed = {k: v for k, v in sorted(config.items()) if k not in NOT_HASHED}
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def run_dir(config: dict[str, Any]) -> Path:
+    """`<results_dir>/runs/<run_name or grpo-<optimizer>-<hash>>`."""
+    name = config["run_name"] or f"{EXPERIMENT}-{config['optimizer']}-{config_hash(config)}"
+    return Path(config["results_dir"]) / "runs" / name
+
+
+def result_keys_differ(saved: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """Keys (outside NOT_HASHED) whose values differ between a saved run and `config`."""
+    keys = (set(saved) | set(config)) - set(NOT_HASHED)
+    return sorted(k for k in keys if saved.get(k) != config.get(k))

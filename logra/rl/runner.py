@@ -1,0 +1,400 @@
+"""The GRPO loop: rollouts, updates, tidy per-step records, manifest, checkpoints and resume.
+
+One step t = 1 … steps:
+  1. seed torch and `random` from (seed, t); draw `prompts_per_step` training prompts;
+  2. sample G completions of each with the current policy π_θ (`rollout.sample`) and grade them;
+  3. score the completions under π_θ (with gradients) and the frozen reference π_ref;
+  4. `updates_per_batch` times: the GRPO loss (`grpo.grpo_loss`), backward, gradient norm,
+     and the optimizer's step (LoGRA with `kl_estimator="jvp"` first gets the batch);
+  5. measure the KL between the policy before and after the update on the same tokens;
+  6. every `eval_every` steps: greedy accuracy on the first `eval_prompts` test prompts.
+
+Records (one row per step; row 0 holds the evaluation before training):
+
+    step             rollout step (0: before training)
+    reward           mean reward of the B = prompts_per_step·G completions
+    reward_std       their standard deviation
+    train_accuracy   share of completions graded correct (= reward for the 0/1 reward)
+    zero_std_groups  share of groups whose rewards are all equal (no learning signal)
+    completion_tokens mean completion length in tokens (EOS included)
+    kl               exact mean per-token KL(π_θ ‖ π_ref) from full softmaxes on the sampled
+                     completions, π_θ being the policy that sampled them (`categorical_kl`)
+    kl_k3            the k3 estimate of the same KL from the sampled tokens only
+    step_kl          exact mean per-token KL(π_before ‖ π_after) of this step's update
+    loss, surrogate, clip_fraction   from `grpo_loss` (means over the step's updates)
+    grad_norm        L2 norm of the gradient of every trainable parameter, before the update
+    predicted_kl, applied_kl, gamma, clipped, skipped, skipped_steps
+                     the optimizer's `last_step` (LoGRA only; NaN otherwise)
+    state_bytes      bytes of tensors in the optimizer's state (`factory.state_bytes`)
+    tokens           non-padding tokens of prompt + completion in the batch
+    seconds          wall time of the step (evaluation excluded)
+    eval_accuracy, eval_seconds   greedy held-out accuracy after this step, and its time
+
+Determinism: everything random in a step is seeded from (seed, step), and a checkpoint holds the
+trainable weights, the optimizer, the RNG states and the records so far; a rerun of the same
+config resumes from it and writes the records an uninterrupted run would have written.
+
+Data parallel: under `torchrun --nproc_per_node=N` each rank samples and trains on its share of
+the step's prompts (`prompts_per_step` a multiple of N) and the run equals one process with the
+same global batch (`logra.rl.distributed`); rank 0 writes the records and checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import platform
+import random
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pandas as pd
+import torch
+from torch.optim import Optimizer
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from logra import io
+from logra.data import load_task, to_prompts
+from logra.data.grading import reward
+from logra.experiments.config import ConfigError
+from logra.models import SCALES, evaluate_greedy, load_policy, prepare
+from logra.optim import LoGRA
+from logra.optim.kl import categorical_kl
+from logra.rl import config as cfg
+from logra.rl.distributed import DataParallel
+from logra.rl.factory import build_optimizer, state_bytes, wrap_policy
+from logra.rl.grpo import group_advantages, grpo_loss
+from logra.rl.rollout import Rollout, completion_logits, sample, token_logprobs
+
+REPO = Path(__file__).resolve().parents[2]
+COLUMNS = (
+    "step", "reward", "reward_std", "train_accuracy", "zero_std_groups", "completion_tokens",
+    "kl", "kl_k3", "step_kl", "loss", "surrogate", "clip_fraction", "grad_norm", "predicted_kl",
+    "applied_kl", "gamma", "clipped", "skipped", "skipped_steps", "state_bytes", "tokens",
+    "seconds", "eval_accuracy", "eval_seconds",
+)
+TIMING_COLUMNS = ("seconds", "eval_seconds")
+RECORDS_FILE, MANIFEST_FILE, CHECKPOINT_FILE = "records.csv", "manifest.json", "checkpoint/state.pt"
+PACKAGES = ("torch", "transformers", "peft", "datasets", "math-verify", "logra", "galore-torch",
+            "apollo-torch")
+
+
+def step_seed(seed: int, step: int) -> int:
+    """A 63-bit seed for step `step` of a run seeded `seed`."""
+    digest = hashlib.sha256(f"grpo/{seed}/{step}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class Trainer:
+    """Policy, reference, optimizer and data of one run; `step(t)` returns the record of step t."""
+
+    def __init__(self, config: dict[str, Any], progress: bool = True) -> None:
+        self.config = config
+        device = config["device"]
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.dp = DataParallel.from_environment(torch.device(device))
+        self.dp.shard(config["prompts_per_step"], "prompts_per_step")  # fails before any compute
+        self.device = self.dp.device(torch.device(device))
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        dtype = getattr(torch, config["dtype"])
+        model = config["model"]
+        results = Path(config["results_dir"])
+        with self.dp.main_first():  # one rank builds the proxy
+            self.source = str(prepare(model, root=results / "models",
+                                      data_dir=config["data_dir"],
+                                      progress=progress and self.dp.is_main)
+                              if model in SCALES else model)
+        policy, self.tokenizer = load_policy(self.source, dtype)
+        self.reference, _ = load_policy(self.source, dtype)
+        self.reference.requires_grad_(False).eval().to(self.device)
+        torch.manual_seed(config["seed"])  # LoRA's adapter initialization
+        self.policy = wrap_policy(config["optimizer"], policy, config).to(self.device).eval()
+        self.optimizer = build_optimizer(config["optimizer"], self.policy, config)
+        if isinstance(self.optimizer, LoGRA):  # the JVP's KL prediction: over every rank's batch
+            self.optimizer.process_group = self.dp.group
+        self.trained = self.dp.wrap(self.policy)  # the gradient forward (DDP under N ranks)
+        self.trainable = {n: p for n, p in self.policy.named_parameters() if p.requires_grad}
+        with self.dp.main_first():  # one rank generates and caches the data
+            self.train_prompts = self._prompts("train")
+            test = self._prompts("test")
+        self.test_prompts = test.select(range(min(config["eval_prompts"], len(test))))
+
+    def _prompts(self, split: str) -> datasets.Dataset:
+        """`prompt`, `gold` of a split, wrapped in the chat template when configured and present."""
+        task = self.config["task"]
+        prompts = to_prompts(load_task(task, split, self.config["data_dir"]), task)
+        if self.config["use_chat_template"] and self.tokenizer.chat_template:
+            prompts = prompts.map(lambda row: {"prompt": chat(self.tokenizer, row["prompt"])})
+        return prompts
+
+    # ------------------------------------------------------------------ one step
+
+    def step(self, t: int) -> dict[str, Any]:
+        """Rollout, update(s) and measurements of step t (1-based)."""
+        c = self.config
+        start = time.perf_counter()
+        seed = step_seed(c["seed"], t)
+        torch.manual_seed(seed)
+        random.seed(seed)
+        order = torch.randperm(len(self.train_prompts),
+                               generator=torch.Generator().manual_seed(seed))
+        share = self.dp.shard(c["prompts_per_step"], "prompts_per_step")
+        batch = self.train_prompts.select(order[share].tolist())  # this rank's prompts
+        rollout = sample(self.policy, self.tokenizer, list(batch["prompt"]), c["group_size"],
+                         c["max_new_tokens"], seed=seed, first_row=share.start * c["group_size"])
+        golds = [gold for gold in batch["gold"] for _ in range(c["group_size"])]
+        rewards = torch.tensor([reward(text, gold)
+                                for text, gold in zip(rollout.completions, golds, strict=True)])
+        advantages = group_advantages(rewards, c["group_size"]).to(self.device)
+        rewards = self.dp.gather(rewards)  # every rank's, for the records of the global batch
+        lengths = self.dp.gather(rollout.response_mask.sum(dim=1))
+        (tokens,) = self.dp.sum(float(rollout.attention_mask.sum()))
+        record = dict(
+            step=t, reward=float(rewards.mean()), reward_std=float(rewards.std()),
+            train_accuracy=float((rewards == 1).float().mean()),
+            zero_std_groups=float((rewards.view(-1, c["group_size"]).std(dim=1) == 0)
+                                  .float().mean()),
+            completion_tokens=float(lengths.float().mean()), tokens=int(tokens),
+        )
+        record.update(self._update(rollout, advantages))
+        record["state_bytes"] = state_bytes(self.optimizer)
+        record["seconds"] = time.perf_counter() - start
+        return record
+
+    def _update(self, rollout: Rollout, advantages: torch.Tensor) -> dict[str, Any]:
+        """`updates_per_batch` optimizer steps on one rollout; means of what they report."""
+        c = self.config
+        tokens, mask = rollout.response_tokens, rollout.response_mask
+        # rank i's token mean, scaled to its share of the global one (module docstring)
+        n_local = float(mask.sum())
+        (n_global,) = self.dp.sum(n_local)
+        share = self.dp.world * n_local / max(n_global, 1.0)
+        with torch.no_grad():
+            ref_logits = completion_logits(self.reference, rollout)
+            ref_logprobs = token_logprobs(ref_logits, tokens)
+        logs: list[dict[str, float]] = []
+        for update in range(c["updates_per_batch"]):
+            logits = completion_logits(self.trained, rollout)
+            logprobs = token_logprobs(logits, tokens)
+            if update == 0:
+                old_logits = logits.detach()
+                old_logprobs = logprobs.detach()
+                kl = float(categorical_kl(old_logits, ref_logits, mask))
+            terms = grpo_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask,
+                              c["clip_eps"], c["beta"])
+            loss = terms.loss * share if self.dp.world > 1 else terms.loss
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            (total_loss,) = self.dp.sum(float(loss.detach()))
+            log = dict(loss=total_loss / self.dp.world,
+                       **self.dp.token_mean(dict(surrogate=terms.surrogate, kl_k3=terms.kl_k3,
+                                                 clip_fraction=terms.clip_fraction), n_local),
+                       grad_norm=self._grad_norm())
+            self._optimizer_step(rollout)
+            log.update(optimizer_report(self.optimizer))
+            logs.append(log)
+        self.optimizer.zero_grad(set_to_none=True)
+        del ref_logits, logits
+        with torch.no_grad():
+            step_kl = float(categorical_kl(old_logits, completion_logits(self.policy, rollout),
+                                           mask))
+        kls = self.dp.token_mean(dict(kl=kl, step_kl=step_kl), n_local)
+        kl, step_kl = kls["kl"], kls["step_kl"]
+        merged: dict[str, Any] = {key: sum(log[key] for log in logs) / len(logs)
+                                  for key in logs[0]}
+        merged.update(kl=kl, kl_k3=logs[0]["kl_k3"], step_kl=step_kl,
+                      clipped=any(log["clipped"] for log in logs),
+                      skipped=any(log["skipped"] for log in logs),
+                      skipped_steps=logs[-1]["skipped_steps"])
+        return merged
+
+    def _grad_norm(self) -> float:
+        grads = [p.grad.float().norm() for p in self.trainable.values() if p.grad is not None]
+        return float(torch.stack(grads).norm()) if grads else 0.0
+
+    def _optimizer_step(self, rollout: Rollout) -> None:
+        optimizer = self.optimizer
+        if (isinstance(optimizer, LoGRA) and optimizer.kl_estimator == "jvp"
+                and optimizer.predicted_kl_threshold is not None):
+            optimizer.set_kl_batch(self.policy, **rollout.model_inputs(),
+                                   token_mask=rollout.logits_mask())
+        optimizer.step()
+
+    def evaluate(self) -> dict[str, float]:
+        """Greedy accuracy on the held-out prompts (each rank a share), and its wall time."""
+        start = time.perf_counter()
+        part = self.dp.split(len(self.test_prompts))
+        prompts = self.test_prompts.select(range(part.start, part.stop))
+        accuracy = evaluate_greedy(self.policy, self.tokenizer, prompts,
+                                   self.config["max_new_tokens"], self.config["eval_batch_size"])
+        if self.dp.world > 1:
+            correct, total = self.dp.sum(accuracy * len(prompts), len(prompts))
+            accuracy = correct / total
+        return dict(eval_accuracy=accuracy, eval_seconds=time.perf_counter() - start)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, path: Path, step: int, records: list[dict[str, Any]]) -> None:
+        """Trainable weights, optimizer, RNG states and records, in one atomic file (rank 0)."""
+        if not self.dp.is_main:
+            self.dp.barrier()
+            return
+        state = dict(
+            step=step, records=records, config=self.config,
+            policy={name: p.detach() for name, p in self.trainable.items()},
+            optimizer=self.optimizer.state_dict(),
+            rng=dict(torch=torch.get_rng_state(), python=random.getstate(),
+                     cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None),
+        )
+        with io.atomic_path(path) as tmp:
+            torch.save(state, tmp)
+        self.dp.barrier()
+
+    def load(self, path: Path) -> tuple[int, list[dict[str, Any]]]:
+        """Restore a checkpoint written by `save`; returns its step and records."""
+        # weights_only=False: GaLore's and APOLLO's states hold projector objects (our own file)
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        missing = sorted(set(self.trainable) ^ set(state["policy"]))
+        if missing:
+            raise RuntimeError(f"checkpoint {path} does not match the policy: {missing[:5]}")
+        with torch.no_grad():
+            for name, value in state["policy"].items():
+                self.trainable[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        if state["rng"]["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        return state["step"], state["records"]
+
+
+def chat(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
+    """`prompt` as one user turn of the tokenizer's chat template, ready for the answer."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def optimizer_report(optimizer: Optimizer) -> dict[str, Any]:
+    """LoGRA's `last_step` (predicted and applied KL, γ, clipped, skipped); NaN for others."""
+    last = getattr(optimizer, "last_step", None) or {}
+    return dict(
+        predicted_kl=float(last.get("predicted_kl", math.nan)),
+        applied_kl=float(last.get("applied_kl", math.nan)),
+        gamma=float(last.get("gamma", math.nan)),
+        clipped=bool(last.get("clipped", False)),
+        skipped=bool(last.get("skipped", False)),
+        skipped_steps=int(last.get("skipped_steps", 0)),
+    )
+
+
+def frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """The records as a DataFrame with the documented columns, in order."""
+    return pd.DataFrame.from_records(records).reindex(columns=list(COLUMNS))
+
+
+def evaluations(records: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `records` that carry a held-out evaluation: step, eval_accuracy, kl."""
+    return records.loc[records["eval_accuracy"].notna(),
+                       ["step", "eval_accuracy", "kl"]].reset_index(drop=True)
+
+
+def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+    """Run (or resume, or extend) the GRPO run of `config`; returns its per-step records.
+
+    `config` is a resolved config (`logra.rl.config.resolve`); it is validated again here, so a
+    bad one fails before anything is loaded. Writes `records.csv`, `manifest.json` and
+    `checkpoint/state.pt` under `logra.rl.config.run_dir(config)` (rank 0 of a data-parallel
+    run; every rank returns the records).
+    """
+    config = cfg.validate(dict(config))
+    directory = cfg.run_dir(config)
+    manifest_path = directory / MANIFEST_FILE
+    manifest = _read_manifest(manifest_path, config)
+    torch.set_num_threads(config["threads"])
+    trainer = Trainer(config, progress)
+    main = trainer.dp.is_main
+    checkpoint = directory / CHECKPOINT_FILE
+    done, records = trainer.load(checkpoint) if checkpoint.exists() else (0, [])
+    manifest.setdefault("resumed_from", []).append(done)
+    manifest.update(config=config, model_source=trainer.source, status="running",
+                    ranks=trainer.dp.world)
+    if main:
+        io.write_json(manifest_path, manifest)
+    if not records:
+        records.append(dict(step=0, **trainer.evaluate()))
+    steps = config["steps"]
+    bar = tqdm(total=steps, initial=min(done, steps), disable=not (progress and main),
+               desc=directory.name, unit="step")
+    for t in range(done + 1, steps + 1):
+        record = trainer.step(t)
+        if t % config["eval_every"] == 0:
+            record.update(trainer.evaluate())
+        records.append(record)
+        bar.update()
+        bar.set_postfix(reward=f"{record['reward']:.3f}", kl=f"{record['kl']:.2e}",
+                        **({"eval": f"{record['eval_accuracy']:.3f}"}
+                           if "eval_accuracy" in record else {}))
+        if t % config["checkpoint_every"] == 0 or t == steps:
+            trainer.save(checkpoint, t, records)
+            if main:
+                _write(directory, manifest, records, t)
+    bar.close()
+    manifest.update(status="finished", completed_steps=max(done, steps))
+    if main:
+        io.write_json(manifest_path, manifest)
+    return frame([r for r in records if r["step"] <= steps])
+
+
+def _write(directory: Path, manifest: dict[str, Any], records: list[dict], step: int) -> None:
+    io.write_frame(directory / RECORDS_FILE, frame(records))
+    manifest["completed_steps"] = step
+    io.write_json(directory / MANIFEST_FILE, manifest)
+
+
+def _read_manifest(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The existing manifest of the run (checked against `config`), or a new one."""
+    if path.exists():
+        manifest = json.loads(path.read_text())
+        differ = cfg.result_keys_differ(manifest["config"], config)
+        if differ:
+            raise ConfigError(f"{path.parent} holds a run with different {differ}; "
+                              "set another run_name= or remove the directory")
+        return manifest
+    return dict(
+        experiment=cfg.EXPERIMENT, seed=config["seed"], run_dir=str(path.parent),
+        started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        versions=_versions(), git=_git(), python=sys.version.split()[0],
+        platform=platform.platform(), threads=config["threads"],
+    )
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _git() -> dict[str, Any]:
+    """The commit of the repository this package runs from, and whether the tree is dirty."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+    try:
+        return dict(commit=git("rev-parse", "HEAD"), dirty=bool(git("status", "--porcelain")))
+    except (OSError, subprocess.SubprocessError):
+        return dict(commit=None, dirty=None)
+

@@ -1,0 +1,140 @@
+"""GRPO runs at `smoke` scale: every optimizer of the factory, records, manifest, checkpoints,
+and resume (interrupted and resumed = uninterrupted, to 1e-6).
+
+The smoke proxy solves no problem after its few warm-up steps, so the real reward would be 0
+everywhere and every gradient zero. These tests swap in a deterministic stand-in (1 for a
+completion of even length) so that the advantages, updates and optimizer states are not trivial.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pandas as pd
+import pytest
+
+from logra.cli import main
+from logra.experiments.config import ConfigError
+from logra.models import prepare
+from logra.rl import config as cfg
+from logra.rl import runner
+from logra.rl.factory import OPTIMIZERS, OPTIONAL_PACKAGES
+
+TIMING = list(runner.TIMING_COLUMNS)
+
+
+@pytest.fixture(scope="module")
+def smoke_dirs(tmp_path_factory):
+    """The smoke proxy, built once into a temporary directory, and its data cache."""
+    data = tmp_path_factory.mktemp("data")
+    model = prepare("smoke", root=tmp_path_factory.mktemp("models"), data_dir=data,
+                    progress=False)
+    return str(model), str(data)
+
+
+@pytest.fixture(autouse=True)
+def even_length_reward(monkeypatch):
+    monkeypatch.setattr(runner, "reward", lambda text, gold: float(len(text) % 2 == 0))
+
+
+def smoke_config(smoke_dirs, results, **overrides):
+    model, data = smoke_dirs
+    return cfg.resolve("experiments/grpo.yaml", "smoke", model=model, data_dir=data,
+                       results_dir=str(results), **overrides)
+
+
+def installed(optimizer: str) -> bool:
+    module = OPTIONAL_PACKAGES.get(optimizer, (None,))[0]
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def assert_same_records(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.drop(columns=TIMING), b.drop(columns=TIMING),
+                                  check_exact=False, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_every_optimizer_completes_a_smoke_run_and_resumes_exactly(
+    optimizer, smoke_dirs, tmp_path, monkeypatch
+):
+    if not installed(optimizer):
+        pytest.skip(f"{OPTIONAL_PACKAGES[optimizer][1]} is not installed")
+    config = smoke_config(smoke_dirs, tmp_path, optimizer=optimizer, run_name="full")
+    records = runner.run_grpo(config, progress=False)
+
+    assert list(records.columns) == list(runner.COLUMNS)
+    assert records["step"].tolist() == [0, 1, 2, 3, 4]
+    assert records["eval_accuracy"].notna().tolist() == [True, False, True, False, True]
+    train = records.iloc[1:]
+    assert train["kl"].iloc[0] == pytest.approx(0.0, abs=1e-7)  # π_θ = π_ref before step 1
+    assert (train["kl"] >= -1e-7).all() and (train["step_kl"] >= -1e-7).all()
+    assert (train["grad_norm"] > 0).any() and (train["state_bytes"] > 0).all()
+    assert (train["tokens"] > 0).all() and (train["seconds"] > 0).all()
+    if optimizer in ("logra", "adamw-kl"):  # the KL control's prediction and γ
+        assert train["predicted_kl"].notna().all()
+        assert ((train["gamma"] > 0) & (train["gamma"] <= 1)).all()
+    else:
+        assert train["predicted_kl"].isna().all()
+
+    directory = cfg.run_dir(config)
+    assert_same_records(pd.read_csv(directory / "records.csv"), records)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["config"] == config and manifest["seed"] == config["seed"]
+    assert manifest["status"] == "finished" and manifest["completed_steps"] == 4
+    assert {"torch", "transformers", "logra"} <= set(manifest["versions"])
+    assert "commit" in manifest["git"]
+    assert (directory / "checkpoint" / "state.pt").exists()
+
+    # interrupted in step 3 (checkpoint at step 2), then rerun: the same records
+    interrupted = {**config, "run_name": "interrupted"}
+    step = runner.Trainer.step
+
+    def crash_at_3(self, t):
+        if t == 3:
+            raise KeyboardInterrupt
+        return step(self, t)
+
+    monkeypatch.setattr(runner.Trainer, "step", crash_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_grpo(interrupted, progress=False)
+    monkeypatch.setattr(runner.Trainer, "step", step)
+    resumed = runner.run_grpo(interrupted, progress=False)
+    assert_same_records(resumed, records)
+    manifest = json.loads((cfg.run_dir(interrupted) / "manifest.json").read_text())
+    assert manifest["resumed_from"] == [0, 2]
+
+
+def test_raising_steps_extends_a_finished_run(smoke_dirs, tmp_path) -> None:
+    full = runner.run_grpo(smoke_config(smoke_dirs, tmp_path, run_name="full"), progress=False)
+    short = smoke_config(smoke_dirs, tmp_path, run_name="extended", steps=2)
+    assert len(runner.run_grpo(short, progress=False)) == 3
+    extended = runner.run_grpo({**short, "steps": 4}, progress=False)
+    assert_same_records(extended, full)
+    assert runner.evaluations(extended)["step"].tolist() == [0, 2, 4]
+
+
+def test_a_run_directory_refuses_a_different_config(smoke_dirs, tmp_path) -> None:
+    config = smoke_config(smoke_dirs, tmp_path, run_name="taken", steps=1)
+    runner.run_grpo(config, progress=False)
+    with pytest.raises(ConfigError, match=r"different \['lr'\]"):
+        runner.run_grpo({**config, "lr": 0.5}, progress=False)
+
+
+def test_command_line_run(smoke_dirs, tmp_path, capsys) -> None:
+    model, data = smoke_dirs
+    code = main(["run", "experiments/grpo.yaml", "--scale", "smoke", f"model={model}",
+                 f"data_dir={data}", f"results_dir={tmp_path}", "steps=2", "run_name=cli",
+                 "--quiet"])
+    assert code == 0
+    assert "2 steps; greedy accuracy" in capsys.readouterr().out
+    assert len(pd.read_csv(tmp_path / "runs" / "cli" / "records.csv")) == 3
+    assert main(["run", "experiments/grpo.yaml", "--scale", "smoke", "optimizer=sgd"]) == 2
+    assert "valid" not in capsys.readouterr().out
+
+
+def test_several_updates_per_batch_engage_the_clip(smoke_dirs, tmp_path) -> None:
+    config = smoke_config(smoke_dirs, tmp_path, updates_per_batch=3, lr=3e-2, steps=2)
+    train = runner.run_grpo(config, progress=False).iloc[1:]
+    assert (train["clip_fraction"] > 0).all()  # the 2nd and 3rd updates move the ratio off 1
+    assert (train["step_kl"] > 0).all()
