@@ -9,8 +9,13 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = REPO / "notebooks"
 EXECUTED_DIR = REPO / "results" / "notebooks"
 
-# Dependency order: the claims ledger reads what the others wrote, so it runs last.
-NOTEBOOKS: tuple[str, ...] = ("01_sketch_error",)
+# Notebook -> the experiment config (experiments/NAME.yaml) whose scales it accepts, in the
+# order `reproduce` runs them. The claims ledger reads what the others wrote, so it runs last.
+NOTEBOOKS: dict[str, str] = {
+    "01_sketch_error": "sketch_error",
+    "02_memory": "memory",
+    "07_optimizer_cost": "optimizer_cost",
+}
 CLAIMS_NOTEBOOK = "00_claims"
 
 
@@ -19,15 +24,26 @@ class NotebookFailed(RuntimeError):
 
 
 def ordered(only: list[str] | None = None) -> list[str]:
-    """The notebooks to run, in order; `only` picks a subset and must name known ones."""
-    known = [*NOTEBOOKS, *([CLAIMS_NOTEBOOK] if (NOTEBOOKS_DIR / f"{CLAIMS_NOTEBOOK}.ipynb")
-                           .exists() else [])]
+    """The notebooks to run, claims ledger last; `only` picks a subset of known names."""
+    known = [*NOTEBOOKS, CLAIMS_NOTEBOOK]
     if not only:
         return known
     unknown = sorted(set(only) - set(known))
     if unknown:
         raise ValueError(f"unknown notebooks {unknown}; valid: {known}")
     return [name for name in known if name in only]
+
+
+def check_scale(scale: str, names: list[str]) -> None:
+    """ValueError before any compute if a notebook's experiment has no such scale."""
+    from logra.experiments.config import ConfigError, load_config
+
+    for name in names:
+        if name in NOTEBOOKS:
+            try:
+                load_config(NOTEBOOKS[name], scale)
+            except ConfigError as err:
+                raise ValueError(f"notebook {name}: {err}") from None
 
 
 def execute(
@@ -67,6 +83,7 @@ def reproduce(scale: str, only: list[str] | None = None, figures_dir: Path | Non
     Stops at the first failure, keeping every figure and executed notebook already written.
     """
     names = ordered(only)
+    check_scale(scale, names)
     seconds: dict[str, float] = {}
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name} (scale={scale}) ...")

@@ -1,0 +1,40 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · The claims ledger
+#
+# Every claim of the report (`../shared/CLAIMS.md`, C1–C12) beside what this kit measured, as
+# written by the notebook that tests it (`figures/claims_*.csv`). Verdicts come from the numbers
+# by rules in `logra.experiments.*`; this notebook only collects them. It runs last in
+# `logra-repro reproduce`.
+
+# %%
+from IPython.display import Markdown, display
+
+from logra.experiments import claims, report
+
+# %% tags=["parameters"]
+scale = "default"
+figures_dir = "figures"
+
+# %%
+table = claims.ledger(claims.collect(figures_dir))
+report.save_table(table, "claims", figures_dir)
+display(Markdown(report.to_markdown(table)))
+
+# %%
+counts = table.groupby("verdict").size().rename("claim rows").reset_index()
+display(Markdown(report.to_markdown(counts)))

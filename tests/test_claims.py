@@ -1,0 +1,45 @@
+"""The claims ledger collects every notebook's rows and shows untested claims."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from logra import notebooks
+from logra.experiments import claims, report
+
+
+def write_rows(directory, name: str, rows: list[report.ClaimRow]) -> None:
+    report.save_claims(rows, name, directory)
+
+
+def test_ledger_orders_all_twelve_and_marks_the_missing(tmp_path) -> None:
+    write_rows(tmp_path, "b", [report.ClaimRow("C10", "r", "x", "s", "partly")])
+    write_rows(tmp_path, "a", [report.ClaimRow("C2", "r", "y", "s", "not reproduced"),
+                               report.ClaimRow("C1", "r", "z", "s", "reproduced")])
+    table = claims.ledger(claims.collect(tmp_path))
+    assert list(table["claim"]) == [f"C{i}" for i in range(1, 13)]
+    assert table.set_index("claim").loc["C10", "source"] == "b"
+    untested = table[table["verdict"] == claims.MISSING]["claim"]
+    assert list(untested) == ["C3", "C4", "C5", "C6", "C7", "C8", "C9", "C11", "C12"]
+
+
+def test_unknown_claim_ids_are_an_error(tmp_path) -> None:
+    write_rows(tmp_path, "a", [report.ClaimRow("C13", "r", "x", "s", "partly")])
+    with pytest.raises(ValueError, match="C13"):
+        claims.ledger(claims.collect(tmp_path))
+
+
+def test_bad_verdict_is_rejected_when_the_row_is_made() -> None:
+    with pytest.raises(ValueError, match="verdict"):
+        report.ClaimRow("C1", "r", "x", "s", "sort of")
+
+
+def test_notebook_writes_the_ledger(tmp_path) -> None:
+    write_rows(tmp_path, "memory", [report.ClaimRow("C1", "134 MB", "1 MB", "exact",
+                                                    "reproduced")])
+    notebooks.execute("00_claims", {"scale": "smoke", "figures_dir": str(tmp_path)},
+                      executed_dir=tmp_path)
+    table = pd.read_csv(tmp_path / "claims.csv", keep_default_na=False)
+    assert len(table) == 12 and table.loc[0, "verdict"] == "reproduced"
+    assert "| C1 |" in (tmp_path / "claims.md").read_text()
