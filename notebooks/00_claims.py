@@ -22,8 +22,6 @@
 # `logra-repro reproduce`.
 
 # %%
-from IPython.display import Markdown, display
-
 from logra.experiments import claims, report
 
 # %% tags=["parameters"]
@@ -32,9 +30,8 @@ figures_dir = "figures"
 
 # %%
 table = claims.ledger(claims.collect(figures_dir))
-report.save_table(table, "claims", figures_dir)
-display(Markdown(report.to_markdown(table)))
+report.show_table(table, "claims", figures_dir)
 
 # %%
 counts = table.groupby("verdict").size().rename("claim rows").reset_index()
-display(Markdown(report.to_markdown(counts)))
+report.show_table(counts, "verdict_counts", figures_dir)

@@ -42,8 +42,6 @@
 # %matplotlib inline
 import time
 
-from IPython.display import Markdown, display
-
 from logra.experiments import report, sketch_error
 
 # %% tags=["parameters"]
@@ -60,15 +58,7 @@ print(f"LoGRA's default pseudo-inverse cutoff: rtol = {sketch_error.default_rtol
 
 def show(name: str) -> None:
     """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
-    fig = sketch_error.FIGURES[name](frame, cfg)
-    display(fig)
-    report.save_figure(fig, name, figures_dir)
-
-
-def table(data, name: str) -> None:
-    """Show a table and write figures_dir/NAME.{csv,md}."""
-    report.save_table(data, name, figures_dir)
-    display(Markdown(report.to_markdown(data)))
+    report.show_figure(sketch_error.FIGURES[name](frame, cfg), name, figures_dir)
 
 
 # %% [markdown]
@@ -83,7 +73,7 @@ def table(data, name: str) -> None:
 # %%
 show("sketch_error")
 show("sketch_error_cosine")
-table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_error")
+report.show_table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_error", figures_dir)
 
 # %% [markdown]
 # What to read off:
@@ -110,7 +100,8 @@ table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_error")
 
 # %%
 show("sketch_error_direction")
-table(sketch_error.direction_table(frame, cfg["table_ranks"]), "sketch_error_direction")
+report.show_table(sketch_error.direction_table(frame, cfg["table_ranks"]),
+                  "sketch_error_direction", figures_dir)
 
 # %% [markdown]
 # ## 3 · Aspect ratio at fixed size (claim C9)
@@ -130,7 +121,7 @@ table(sketch_error.direction_table(frame, cfg["table_ranks"]), "sketch_error_dir
 
 # %%
 show("sketch_error_aspect")
-table(sketch_error.aspect_table(frame), "sketch_error_aspect")
+report.show_table(sketch_error.aspect_table(frame), "sketch_error_aspect", figures_dir)
 
 # %% [markdown]
 # ## 4 · Training curves
@@ -141,12 +132,10 @@ table(sketch_error.aspect_table(frame), "sketch_error_aspect")
 
 # %%
 show("sketch_error_training")
-table(sketch_error.training_table(frame), "sketch_error_training")
+report.show_table(sketch_error.training_table(frame), "sketch_error_training", figures_dir)
 
 # %% [markdown]
 # ## Claims
 
 # %%
-claims = [sketch_error.c9_claim(frame, cfg)]
-report.save_claims(claims, "sketch_error", figures_dir)
-display(Markdown(report.to_markdown(report.claims_frame(claims))))
+report.show_claims([sketch_error.c9_claim(frame, cfg)], "sketch_error", figures_dir)

@@ -26,8 +26,6 @@
 
 # %%
 # %matplotlib inline
-from IPython.display import Markdown, display
-
 from logra.experiments import optimizer_cost, report
 
 # %% tags=["parameters"]
@@ -43,9 +41,8 @@ print(f"copy bandwidth {frame['bandwidth_gb_s'].iloc[0]:.1f} GB/s, {cfg['threads
 # ## Ratios to AdamW(foreach)
 
 # %%
-table = optimizer_cost.ratio_table(frame, cfg["table_cases"])
-report.save_table(table, "optimizer_cost", figures_dir)
-display(Markdown(report.to_markdown(table)))
+report.show_table(optimizer_cost.ratio_table(frame, cfg["table_cases"]), "optimizer_cost",
+                  figures_dir)
 
 # %% [markdown]
 # ## Against matrix size
@@ -54,5 +51,5 @@ display(Markdown(report.to_markdown(table)))
 # p, m, v) at the copy bandwidth measured in this run.
 
 # %%
-fig = optimizer_cost.plot_sweep(frame, cfg["sweep_sizes"])
-report.save_figure(fig, "optimizer_cost", figures_dir)
+report.show_figure(optimizer_cost.plot_sweep(frame, cfg["sweep_sizes"]), "optimizer_cost",
+                   figures_dir)

@@ -59,6 +59,30 @@ def save_claims(rows: list[ClaimRow], name: str, out_dir: str | Path = FIGURES_D
     return save_table(claims_frame(rows), f"claims_{name}", out_dir)
 
 
+def show_figure(fig: plt.Figure, name: str, out_dir: str | Path = FIGURES_DIR) -> None:
+    """In a notebook: display the figure inline, then write NAME.{png,pdf} (`save_figure`)."""
+    from IPython.display import display
+
+    display(fig)
+    save_figure(fig, name, out_dir)
+
+
+def show_table(frame: pd.DataFrame, name: str, out_dir: str | Path = FIGURES_DIR) -> None:
+    """In a notebook: write NAME.{csv,md} (`save_table`), then display it as Markdown."""
+    from IPython.display import Markdown, display
+
+    save_table(frame, name, out_dir)
+    display(Markdown(to_markdown(frame)))
+
+
+def show_claims(rows: list[ClaimRow], name: str, out_dir: str | Path = FIGURES_DIR) -> None:
+    """In a notebook: write claims_NAME.{csv,md} (`save_claims`), then display the rows."""
+    from IPython.display import Markdown, display
+
+    save_claims(rows, name, out_dir)
+    display(Markdown(to_markdown(claims_frame(rows))))
+
+
 def claims_frame(rows: list[ClaimRow]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in rows], columns=list(ClaimRow.__dataclass_fields__))
 
