@@ -91,7 +91,7 @@ budget = memory.budget_frame(cfg)
 wide = budget.pivot_table(index=["model", "optimizer"], columns="component", values="gib",
                           sort=False).reset_index()
 report.save_table(wide, "memory_budget", figures_dir)
-report.save_figure(memory.plot_budget(budget), "memory_budget", figures_dir)
+report.show_figure(memory.plot_budget(budget), "memory_budget", figures_dir)
 display(Markdown(report.to_markdown(wide, digits=3)))
 
 # %% [markdown]
@@ -106,7 +106,7 @@ report.save_table(oom, "memory_oom", figures_dir)
 run = memory.oom_run(cfg)
 curve = memory.oom_curve(cfg)
 report.save_table(curve, "memory_oom_curve", figures_dir)
-report.save_figure(memory.plot_oom(run, curve, cfg), "memory_oom", figures_dir)
+report.show_figure(memory.plot_oom(run, curve, cfg), "memory_oom", figures_dir)
 display(oom)
 
 # %% [markdown]
