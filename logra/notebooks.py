@@ -14,6 +14,9 @@ EXECUTED_DIR = REPO / "results" / "notebooks"
 NOTEBOOKS: dict[str, str] = {
     "01_sketch_error": "sketch_error",
     "02_memory": "memory",
+    "05_long_horizon": "long_horizon",
+    "06_rare_tokens": "rare_tokens",
+    "08_communication": "communication",
     "07_optimizer_cost": "optimizer_cost",
 }
 CLAIMS_NOTEBOOK = "00_claims"

@@ -1,0 +1,511 @@
+"""Rare tokens (claim C10, "subspace blindness"): does a rare token's small gradient survive?
+
+The report says that rare but important tokens (minus signs, decimal points), whose gradient
+mass is small, lose their signal in LoGRA's sketch. Two measurements, both with the optimizers'
+real updates (`sketch_error.make_optimizer`: AdamW, LoGRA "gain", LoGRA "nystrom", the naive
+random projection; weight decay 0, no KL control):
+
+(a) survival. An embedding-shaped gradient stream G_1..G_T ∈ R^{m×n} (m = vocabulary, n = hidden)
+    made of a large common part and a small rare part:
+
+        C_t = (1/N) Σ_p e_{i_p} (d_{i_p} + η·ξ_p)ᵀ     N positions, ids i_p ~ Zipf over the common
+                                                        rows; d_i ~ N(0, B diag(σ²) Bᵀ), σ_j = j^-α
+                                                        (the common tokens share a few dominant
+                                                        hidden directions), ξ_p isotropic noise
+        R_t = Σ_{s∈S} e_s (d_s + η·ξ_{s,t})ᵀ            the rare rows S, isotropic d_s
+        G_t = C_t + a·R_t,  a² = share/(1−share) · Σ_t‖C_t‖² / Σ_t‖R_t‖²
+
+    so the rare part holds `share` of the stream's gradient mass. Each optimizer starts from
+    W_0 = 0 and takes T steps; with ĝ = Ḡ_S/‖Ḡ_S‖ the unit direction of the rare rows' mean
+    gradient (rows S only), the displacement D = −W_T has
+
+        rare_component = ⟨D_S, ĝ⟩ / ‖D‖_F     the share of the whole step that fixes the rare rows
+        alignment      = cos(D_S, Ḡ_S)        whether the rare rows move the right way at all
+        survival       = rare_component / rare_component(AdamW on the same stream)
+
+    Survival 1: the rare tokens get as much of the step as under dense AdamW; 0: lost; < 0: moved
+    the wrong way.
+
+(b) steps to fix. A tiny Qwen2 LM (untied embeddings) learns a Markov-chain language over common
+    tokens in which, in a fraction `rare_fraction` of sequences, a trigger token is followed by a
+    rare token. First AdamW plants an error (`plant_steps`: the trigger is followed by "+", id 0);
+    then every optimizer, from the same planted weights and on the same batches, trains on the
+    correct data (the trigger is followed by "−", id 1) for `max_fix_steps` steps. Every
+    `eval_every` steps: p(− | context ending in the trigger), mean over `eval_contexts` fixed
+    contexts, and the share on which greedy decoding emits "−". Steps to fix: the first
+    evaluation at which that share reaches `fixed_fraction` (NaN: never within the budget).
+    The rare positions' share of the gradient mass at the start of the fix is measured too:
+    ‖∇ℓ_rare‖² / ‖∇ℓ‖², ℓ_rare the rare positions' part of the token-mean loss.
+
+`run(config)` returns a tidy frame, one row per number:
+
+    experiment  "survival" | "fix"
+    method      an update rule of RULES
+    rank        sketch rank (-1 for AdamW)
+    share       the rare part's share of gradient mass (survival; NaN for fix)
+    seed
+    step        evaluation step (fix; -1 elsewhere)
+    metric      survival: "rare_component", "alignment", "survival"
+                fix: "p_correct", "accuracy", "steps_to_fix", "rare_grad_share",
+                     "planted_accuracy" (AdamW's share emitting "+" after planting)
+    value
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from logra.experiments import sketch_error as se
+from logra.experiments.config import load_config
+from logra.experiments.report import ClaimRow
+
+RULES = se.RULES  # adamw, logra_gain, logra_nystrom, naive_projection
+LOGRA_RULES = ("logra_gain", "logra_nystrom")
+COLUMNS = ("experiment", "method", "rank", "share", "seed", "step", "metric", "value")
+PLANTED, RARE, TRIGGER = 0, 1, 2  # token ids of the LM in (b); the rest are common
+C10_REPORTED = ("rare but important tokens (minus signs, decimal points) whose gradient mass is "
+                "small lose their signal in the sketch (\"subspace blindness\")")
+
+
+def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
+    """experiments/rare_tokens.yaml at `scale`, with `overrides` on top."""
+    return load_config("rare_tokens", scale, **overrides)
+
+
+# ---------------------------------------------------------------- (a) survival
+
+
+def rare_stream(cfg: dict[str, Any], share: float, seed: int) -> tuple[list[Tensor], Tensor]:
+    """The stream G_1..G_T (m×n each) of the module docstring, and the rare rows S (indices)."""
+    if not 0 < share < 1:
+        raise ValueError(f"share must lie in (0, 1), got {share}")
+    m, n = cfg["vocab_shape"]
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(m, generator=g)
+    rare, common = order[:cfg["rare_rows"]], order[cfg["rare_rows"]:]
+    sigma = torch.arange(1, n + 1, dtype=torch.float32).pow(-cfg["common_alpha"])
+    basis, _ = torch.linalg.qr(torch.randn(n, n, generator=g))
+    scale = float(sigma.square().sum() / n) ** 0.5  # per-element size of an isotropic direction
+    directions = (torch.randn(m, n, generator=g) * sigma) @ basis.T
+    directions[rare] = torch.randn(len(rare), n, generator=g) * scale
+    weights = torch.arange(1, len(common) + 1, dtype=torch.float64).pow(-cfg["zipf"])
+    tokens, noise = cfg["common_tokens"], cfg["noise"]
+    commons, rares = [], []
+    for _ in range(cfg["stream_steps"]):
+        ids = common[torch.multinomial(weights, tokens, True, generator=g)]
+        hidden = directions[ids] + noise * scale * torch.randn(tokens, n, generator=g)
+        commons.append(torch.zeros(m, n).index_add_(0, ids, hidden).div_(tokens))
+        r = torch.zeros(m, n)
+        r[rare] = directions[rare] + noise * scale * torch.randn(len(rare), n, generator=g)
+        rares.append(r)
+    c_mass = sum(float(c.square().sum()) for c in commons)
+    r_mass = sum(float(r.square().sum()) for r in rares)
+    a = math.sqrt(share / (1 - share) * c_mass / r_mass)
+    return [c + a * r for c, r in zip(commons, rares, strict=True)], rare
+
+
+def rare_metrics(displacement: Tensor, rows: Tensor, signal: Tensor) -> dict[str, float]:
+    """rare_component and alignment (module docstring) of a displacement D (m×n) for the rare
+    rows `rows` whose mean gradient is `signal` (|rows|×n)."""
+    part = displacement[rows].double()
+    unit = signal.double() / signal.double().norm()
+    total = float(displacement.double().norm())
+    along = float((part * unit).sum())
+    return {
+        "rare_component": along / total if total > 0 else 0.0,
+        "alignment": along / float(part.norm()) if float(part.norm()) > 0 else 0.0,
+    }
+
+
+def survival_rows(cfg: dict[str, Any], share: float, seed: int) -> list[dict[str, Any]]:
+    """Every rule at every rank that LoGRA sketches on the stream of (share, seed)."""
+    stream, rows = rare_stream(cfg, share, seed)
+    signal = torch.stack(stream).mean(dim=0)[rows]
+    shape = tuple(cfg["vocab_shape"])
+    runs = [("adamw", -1)] + [(rule, r) for r in cfg["ranks"] if se.measurable(shape, r)
+                              for rule in RULES[1:]]
+    base = dict(experiment="survival", share=share, seed=seed, step=-1)
+    out, reference = [], None
+    for rule, rank in runs:
+        updates = se.applied_updates([stream], rule, max(rank, 1), cfg["survival_lr"],
+                                     tuple(cfg["betas"]))
+        displacement = -torch.stack([u[0] for u in updates]).sum(dim=0)
+        metrics = rare_metrics(displacement, rows, signal)
+        if rule == "adamw":
+            reference = metrics["rare_component"]
+        metrics["survival"] = metrics["rare_component"] / reference
+        out += [dict(base, method=rule, rank=rank, metric=k, value=v) for k, v in metrics.items()]
+    return out
+
+
+# ---------------------------------------------------------------- (b) steps to fix
+
+
+def lm(cfg: dict[str, Any], seed: int) -> nn.Module:
+    """The tiny Qwen2 causal LM of (b), randomly initialised from `seed` (untied embeddings)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model_cfg = Qwen2Config(
+        vocab_size=cfg["lm_vocab"], hidden_size=cfg["lm_hidden"],
+        intermediate_size=cfg["lm_intermediate"], num_hidden_layers=cfg["lm_layers"],
+        num_attention_heads=cfg["lm_heads"], num_key_value_heads=cfg["lm_heads"],
+        max_position_embeddings=max(64, cfg["seq_len"]), tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return Qwen2ForCausalLM(model_cfg)
+
+
+def transition_matrix(cfg: dict[str, Any], seed: int) -> Tensor:
+    """V×V next-token probabilities: every common token goes to `successors` random common
+    tokens with probabilities ∝ 1/k (k = 1..successors); special tokens go anywhere common."""
+    V, k = cfg["lm_vocab"], cfg["successors"]
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.zeros(V, V)
+    weights = 1 / torch.arange(1, k + 1, dtype=torch.float32)
+    for token in range(V):
+        successors = 3 + torch.randperm(V - 3, generator=g)[:k]
+        probs[token, successors] = weights / weights.sum()
+    return probs
+
+
+def markov_batch(probs: Tensor, batch: int, length: int, g: torch.Generator) -> Tensor:
+    """(batch, length) walks of the chain from uniformly random common tokens."""
+    V = probs.shape[0]
+    ids = torch.empty(batch, length, dtype=torch.long)
+    ids[:, 0] = torch.randint(3, V, (batch,), generator=g)
+    for t in range(1, length):
+        ids[:, t] = torch.multinomial(probs[ids[:, t - 1]], 1, generator=g).squeeze(1)
+    return ids
+
+
+def lm_batch(cfg: dict[str, Any], probs: Tensor, target: int, g: torch.Generator) -> Tensor:
+    """A training batch: chain walks where each sequence, with probability `rare_fraction`,
+    holds "trigger → target" at a random position (the walk restarts after it)."""
+    ids = markov_batch(probs, cfg["batch_size"], cfg["seq_len"], g)
+    rare = torch.rand(cfg["batch_size"], generator=g) < cfg["rare_fraction"]
+    positions = torch.randint(1, cfg["seq_len"] - 1, (cfg["batch_size"],), generator=g)
+    for row in torch.nonzero(rare).flatten().tolist():
+        j = int(positions[row])
+        ids[row, j], ids[row, j + 1] = TRIGGER, target
+    return ids
+
+
+def eval_contexts(cfg: dict[str, Any], probs: Tensor, seed: int) -> Tensor:
+    """`eval_contexts` chain walks of seq_len/2 tokens ending in the trigger."""
+    g = torch.Generator().manual_seed(seed + 7919)
+    walks = markov_batch(probs, cfg["eval_contexts"], cfg["seq_len"] // 2, g)
+    walks[:, -1] = TRIGGER
+    return walks
+
+
+def token_losses(model: nn.Module, ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-position next-token cross-entropy (B, T−1) and the mask of positions after a trigger."""
+    logits = model(input_ids=ids).logits[:, :-1]
+    losses = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                         ids[:, 1:].reshape(-1), reduction="none")
+    return losses.view(ids.shape[0], -1), ids[:, :-1] == TRIGGER
+
+
+@torch.no_grad()
+def next_token(model: nn.Module, contexts: Tensor, token: int) -> tuple[float, float]:
+    """(mean p(token | context), share of contexts whose greedy next token is `token`)."""
+    logits = model(input_ids=contexts).logits[:, -1]
+    p = logits.softmax(dim=-1)[:, token]
+    return float(p.mean()), float((logits.argmax(dim=-1) == token).float().mean())
+
+
+def rare_gradient_share(model: nn.Module, ids: Tensor) -> float:
+    """‖∇ℓ_rare‖² / ‖∇ℓ‖² on one batch: ℓ the token-mean loss, ℓ_rare its rare positions' part."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    losses, mask = token_losses(model, ids)
+    total = torch.autograd.grad(losses.mean(), params, retain_graph=True)
+    rare = torch.autograd.grad((losses * mask).sum() / losses.numel(), params)
+    return (sum(float(g.square().sum()) for g in rare)
+            / sum(float(g.square().sum()) for g in total))
+
+
+def plant(cfg: dict[str, Any], seed: int) -> tuple[nn.Module, Tensor, Tensor]:
+    """The model after AdamW learned "trigger → +" (the planted error), the chain, the contexts."""
+    probs = transition_matrix(cfg, seed)
+    model = lm(cfg, seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["plant_lr"], weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(cfg["plant_steps"]):
+        losses, _ = token_losses(model, lm_batch(cfg, probs, PLANTED, g))
+        opt.zero_grad(set_to_none=True)
+        losses.mean().backward()
+        opt.step()
+    return model, probs, eval_contexts(cfg, probs, seed)
+
+
+def fix_rows(cfg: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    """Plant the error, then fix it with every rule from the same weights and batches."""
+    planted, probs, contexts = plant(cfg, seed)
+    state = {k: v.clone() for k, v in planted.state_dict().items()}
+    base = dict(experiment="fix", share=math.nan, seed=seed)
+    out = [dict(base, method="adamw", rank=-1, step=-1, metric="planted_accuracy",
+                value=next_token(planted, contexts, PLANTED)[1])]
+    for rule in RULES:
+        model = lm(cfg, seed)
+        model.load_state_dict(state)
+        rank = -1 if rule == "adamw" else cfg["fix_rank"]
+        opt = se.make_optimizer(rule, list(model.parameters()), max(rank, 1), cfg["fix_lr"],
+                                tuple(cfg["betas"]))
+        g = torch.Generator().manual_seed(seed + 104729)
+        fixed_at = math.nan
+        for step in range(cfg["max_fix_steps"] + 1):
+            if step % cfg["eval_every"] == 0:
+                p, accuracy = next_token(model, contexts, RARE)
+                out += [dict(base, method=rule, rank=rank, step=step, metric=k, value=v)
+                        for k, v in (("p_correct", p), ("accuracy", accuracy))]
+                if math.isnan(fixed_at) and accuracy >= cfg["fixed_fraction"]:
+                    fixed_at = step
+            if step == cfg["max_fix_steps"]:
+                break
+            ids = lm_batch(cfg, probs, RARE, g)
+            if step == 0 and rule == "adamw":
+                out.append(dict(base, method=rule, rank=rank, step=0, metric="rare_grad_share",
+                                value=rare_gradient_share(model, ids)))
+            losses, _ = token_losses(model, ids)
+            opt.zero_grad(set_to_none=True)
+            losses.mean().backward()
+            opt.step()
+        out.append(dict(base, method=rule, rank=rank, step=-1, metric="steps_to_fix",
+                        value=fixed_at))
+    return out
+
+
+# ---------------------------------------------------------------- run, tables, verdict
+
+
+def run(cfg: dict[str, Any]) -> pd.DataFrame:
+    """(a) for every share and seed, (b) for every seed."""
+    rows = []
+    for seed in cfg["seeds"]:
+        for share in cfg["shares"]:
+            rows += survival_rows(cfg, share, seed)
+        rows += fix_rows(cfg, seed)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def survival_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean survival over seeds: a row per sketched rule and rank, a column per share."""
+    sel = frame[(frame.experiment == "survival") & (frame.metric == "survival")
+                & (frame.method != "adamw")]
+    table = sel.pivot_table(index=["method", "rank"], columns="share", values="value",
+                            aggfunc="mean", sort=False)
+    table.columns = [f"share {s:g}" for s in table.columns]
+    table = table.reset_index().rename(columns={"method": "rule"})
+    return table.sort_values(["rule", "rank"], key=lambda s: s.map(RULES.index)
+                             if s.name == "rule" else s).reset_index(drop=True)
+
+
+def fix_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Steps to fix per rule: per seed, median, and the median's ratio to AdamW's."""
+    steps = frame[(frame.experiment == "fix") & (frame.metric == "steps_to_fix")]
+    medians = _median_steps(frame, cfg)
+    rows = []
+    for rule in RULES:
+        sel = steps[steps.method == rule].sort_values("seed")
+        per_seed = ", ".join(_steps_text(v, cfg) for v in sel.value)
+        rows.append({"rule": rule, "rank": int(sel["rank"].iloc[0]),
+                     "steps to fix, per seed": per_seed,
+                     "median": _steps_text(medians[rule], cfg),
+                     "ratio to AdamW": medians[rule] / medians["adamw"]})
+    return pd.DataFrame(rows)
+
+
+def _steps_text(value: float, cfg: dict[str, Any]) -> str:
+    return f"> {cfg['max_fix_steps']}" if math.isinf(value) or math.isnan(value) else f"{value:g}"
+
+
+def _median_steps(frame: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, float]:
+    """Median steps to fix per rule over seeds; a run that never fixed it counts as ∞."""
+    steps = frame[(frame.experiment == "fix") & (frame.metric == "steps_to_fix")]
+    return {rule: float(np.median(steps[steps.method == rule].value.fillna(math.inf)))
+            for rule in steps.method.unique()}
+
+
+def _survival_at(frame: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """Mean survival over seeds at `rank`: index rule, columns share."""
+    sel = frame[(frame.experiment == "survival") & (frame.metric == "survival")
+                & (frame["rank"] == rank)]
+    return sel.pivot_table(index="method", columns="share", values="value", aggfunc="mean")
+
+
+def c10_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+    """Claim C10, judged by a fixed rule from both measurements at the reported rank.
+
+    With r = `fix_rank` (16, the reported rank), s_min the smallest share tested, and for each
+    LoGRA reconstruction X ("gain", the default, and "nystrom"):
+
+        blind(X)  survival of X at (r, s_min), mean over seeds, < `c10_survival` (0.5): the sketch
+                  gives the rare rows less than half the share of the step AdamW gives them
+        slow(X)   median steps to fix the planted rare token with X > `c10_slowdown` (2) × AdamW's
+                  median (a seed that never fixed it within `max_fix_steps` counts as ∞)
+
+        reproduced      blind(gain) and slow(gain): the default LoGRA loses the rare signal and
+                        pays for it in training
+        partly          blind or slow for gain or for nystrom, but not both for gain
+        not reproduced  neither for either reconstruction
+
+    Raises ValueError if the reported rank was not measured in (a).
+    """
+    rank = cfg["fix_rank"]
+    table = _survival_at(frame, rank)
+    if table.empty:
+        raise ValueError(f"C10 needs the survival at rank {rank}; ranks {cfg['ranks']}")
+    s_min = min(table.columns)
+    medians = _median_steps(frame, cfg)
+    blind = {x: bool(table.at[x, s_min] < cfg["c10_survival"]) for x in LOGRA_RULES}
+    slow = {x: bool(medians[x] > cfg["c10_slowdown"] * medians["adamw"]) for x in LOGRA_RULES}
+    if blind["logra_gain"] and slow["logra_gain"]:
+        verdict = "reproduced"
+    elif any(blind.values()) or any(slow.values()):
+        verdict = "partly"
+    else:
+        verdict = "not reproduced"
+    share = _rare_share(frame)
+    parts = [
+        f"(a) share of the step on the rare rows relative to AdamW at r={rank}, rare mass "
+        f"{s_min:g}: gain {table.at['logra_gain', s_min]:.2f}, Nyström "
+        f"{table.at['logra_nystrom', s_min]:.2f}, naive projection "
+        f"{table.at['naive_projection', s_min]:.2f} (gain's survival ∝ mass^"
+        f"{survival_exponent(frame, 'logra_gain', rank):.2f})",
+        f"(b) steps to fix a planted rare token (rare positions {share:.1%} of gradient mass), "
+        f"median: AdamW {_steps_text(medians['adamw'], cfg)}, gain "
+        f"{_steps_text(medians['logra_gain'], cfg)}, Nyström "
+        f"{_steps_text(medians['logra_nystrom'], cfg)}",
+        "blind (< {:g}): {}; slow (> {:g}× AdamW): {}".format(
+            cfg["c10_survival"], _which(blind), cfg["c10_slowdown"], _which(slow)),
+    ]
+    m, n = cfg["vocab_shape"]
+    scale = (f"{cfg['scale']} ({m}×{n} embedding-shaped stream; {cfg['lm_vocab']}-token LM, "
+             f"hidden {cfg['lm_hidden']}; {len(cfg['seeds'])} seed(s))")
+    return ClaimRow(claim="C10", reported=C10_REPORTED, reproduced="; ".join(parts),
+                    scale=scale, verdict=verdict)
+
+
+def survival_exponent(frame: pd.DataFrame, rule: str, rank: int) -> float:
+    """The least-squares slope of log survival against log share (mean over seeds) at `rank`:
+    survival ∝ share^slope. NaN if a survival is ≤ 0 or fewer than two shares were measured."""
+    row = _survival_at(frame, rank).loc[rule]
+    if len(row) < 2 or (row <= 0).any():
+        return math.nan
+    return float(np.polyfit(np.log(row.index.to_numpy(float)), np.log(row.to_numpy()), 1)[0])
+
+
+def _rare_share(frame: pd.DataFrame) -> float:
+    return float(frame[frame.metric == "rare_grad_share"].value.median())
+
+
+def _which(flags: dict[str, bool]) -> str:
+    names = [name.removeprefix("logra_") for name, flag in flags.items() if flag]
+    return ", ".join(names) if names else "neither"
+
+
+# ---------------------------------------------------------------- figures
+
+
+STYLE = {
+    "adamw": dict(color="black", linestyle="-", marker=""),
+    "logra_gain": dict(color=plt.get_cmap("tab10").colors[2], linestyle="-", marker="o"),
+    "logra_nystrom": dict(color=plt.get_cmap("tab10").colors[0], linestyle="--", marker="s"),
+    "naive_projection": dict(color=plt.get_cmap("tab10").colors[7], linestyle="-.", marker="x"),
+}
+LABELS = se.method_labels()
+
+
+def _band(ax: plt.Axes, sel: pd.DataFrame, x: str, rule: str, marker: bool = True) -> None:
+    """Mean line with a min–max band over seeds."""
+    stats = sel.groupby(x)["value"].agg(["mean", "min", "max"]).sort_index()
+    style = STYLE[rule] if marker else {**STYLE[rule], "marker": ""}
+    ax.plot(stats.index, stats["mean"], label=LABELS[rule], **style)
+    if len(sel.seed.unique()) > 1:
+        ax.fill_between(stats.index, stats["min"], stats["max"], color=style["color"], alpha=0.15,
+                        linewidth=0)
+
+
+def plot_survival(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """(a) Survival against rank at `rank_plot_share`, and survival and alignment against the
+    rare part's share of gradient mass at the reported rank; bands: min–max over seeds."""
+    sel = frame[frame.experiment == "survival"]
+    rank, share = cfg["fix_rank"], cfg["rank_plot_share"]
+    fig, axes = plt.subplots(1, 3, figsize=(14.5, 4.2))
+    panels = (
+        (axes[0], "survival", "rank", sel.share == share,
+         f"survival vs rank (rare mass {share:g})"),
+        (axes[1], "survival", "share", sel["rank"].isin([rank, -1]),
+         f"survival vs rare mass (r = {rank})"),
+        (axes[2], "alignment", "share", sel["rank"].isin([rank, -1]),
+         f"alignment vs rare mass (r = {rank})"),
+    )
+    for ax, metric, x, keep, title in panels:
+        for rule in RULES:
+            part = sel[keep & (sel.metric == metric) & (sel.method == rule)]
+            if rule == "adamw" and x == "rank":
+                ax.axhline(1.0, label=LABELS[rule], **{**STYLE[rule], "marker": None})
+                continue
+            if not part.empty:
+                _band(ax, part, x, rule)
+        if x == "rank":
+            se._rank_axis(ax, sorted(sel.loc[sel["rank"] > 0, "rank"].unique()))
+            ax.set_xlabel("sketch rank r")
+        else:
+            ax.set_xscale("log")
+            ax.set_xlabel("rare part's share of gradient mass")
+        if metric == "survival":
+            ax.axhline(cfg["c10_survival"], color="0.6", linestyle=":", linewidth=1,
+                       label=f"blind below {cfg['c10_survival']:g}")
+            ax.set_ylabel("rare share of the step ÷ AdamW's")
+        else:
+            ax.set_ylabel("cos(rare rows' displacement, rare gradient)")
+        ax.axhline(0.0, color="0.8", linewidth=0.8, zorder=0)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    m, n = cfg["vocab_shape"]
+    fig.suptitle(f"(a) How much of a rare token's gradient survives: {m}×{n} embedding-shaped "
+                 f"stream, {cfg['rare_rows']} rare rows, {cfg['stream_steps']} steps "
+                 f"(AdamW = 1)", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def plot_fix(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """(b) p(correct rare token | trigger) and greedy accuracy against fix step, per rule;
+    bands: min–max over seeds."""
+    sel = frame[frame.experiment == "fix"]
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2), sharex=True)
+    medians = _median_steps(frame, cfg)
+    for ax, metric, ylabel in ((axes[0], "p_correct", "p(\"−\" | context ending in trigger)"),
+                               (axes[1], "accuracy", "share of contexts emitting \"−\" (greedy)")):
+        for rule in RULES:
+            part = sel[(sel.metric == metric) & (sel.method == rule)]
+            _band(ax, part, "step", rule, marker=False)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel("fix step")
+        ax.grid(True, alpha=0.3)
+    axes[1].axhline(cfg["fixed_fraction"], color="0.6", linestyle=":", linewidth=1,
+                    label=f"fixed at {cfg['fixed_fraction']:g}")
+    handles, labels = axes[1].get_legend_handles_labels()
+    labels = [f"{label} (median {_steps_text(medians[rule], cfg)} steps)"
+              if rule in medians else label
+              for label, rule in zip(labels, [*RULES, ""], strict=False)]
+    axes[1].legend(handles, labels, fontsize=8)
+    fig.suptitle(f"(b) Fixing a planted rare-token error (r = {cfg['fix_rank']}, lr "
+                 f"{cfg['fix_lr']:g}, rare positions {_rare_share(frame):.1%} of gradient mass)",
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {"rare_tokens_survival": plot_survival, "rare_tokens_fix": plot_fix}

@@ -1,0 +1,112 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Rare tokens: "subspace blindness" (claim C10)
+#
+# The report says that rare but important tokens (minus signs, decimal points), whose gradient
+# mass is small, lose their signal in LoGRA's sketch. Two measurements, both with the
+# optimizers' real updates (AdamW, LoGRA `gain` — the default —, LoGRA `nystrom`, and the naive
+# random projection; weight decay 0, no KL control):
+#
+# 1. **Survival.** An embedding-shaped gradient stream (vocabulary × hidden) made of a large
+#    common-token part and a few rare rows holding a chosen share of the gradient mass. After
+#    the stream, how much of each optimizer's total step points the rare rows along their mean
+#    gradient, relative to dense AdamW's (1 = as AdamW, 0 = lost).
+# 2. **Steps to fix.** A tiny Qwen2 LM first learns (with AdamW) to follow a trigger token with
+#    "+"; then each optimizer, from the same weights and on the same batches, trains on data
+#    where the trigger is followed by "−". We count the steps until greedy decoding emits "−".
+#
+# All logic lives in `logra.experiments.rare_tokens`; its docstring has the definitions.
+
+# %%
+# %matplotlib inline
+import time
+
+from IPython.display import Markdown, display
+
+from logra.experiments import rare_tokens, report
+
+# %% tags=["parameters"]
+scale = "default"
+figures_dir = "figures"
+
+# %%
+cfg = rare_tokens.config(scale)
+start = time.perf_counter()
+frame = rare_tokens.run(cfg)
+print(f"{len(frame):,} measurements in {time.perf_counter() - start:.0f} s (scale={scale!r})")
+
+
+def show(name: str) -> None:
+    """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
+    fig = rare_tokens.FIGURES[name](frame, cfg)
+    display(fig)
+    report.save_figure(fig, name, figures_dir)
+
+
+def table(data, name: str) -> None:
+    """Show a table and write figures_dir/NAME.{csv,md}."""
+    report.save_table(data, name, figures_dir)
+    display(Markdown(report.to_markdown(data)))
+
+
+# %% [markdown]
+# ## (a) How much of the rare part survives
+#
+# Survival is the share of the whole step (‖·‖_F-normalized displacement after the stream) that
+# moves the rare rows along their mean gradient, divided by AdamW's on the same stream. Bands:
+# min–max over seeds. The table gives the mean over seeds for every rank and share.
+
+# %%
+show("rare_tokens_survival")
+table(rare_tokens.survival_table(frame), "rare_tokens_survival")
+
+# %% [markdown]
+# How to read it (the mechanisms, from the update rules):
+#
+# * **gain** rescales the *current gradient*, `D = √s ⊙ G ⊙ √c`, with a row gain
+#   `s_i = ‖u_R[i,:]‖/‖R[i,:]‖` from that row's own right sketch `R[i,:] = G[i,:] Q`, which is
+#   not mixed with other rows. So the rare rows keep their direction (alignment ≈ 1) at every
+#   rank. But Adam-in-sketch-space makes `‖u_R[i,:]‖` about independent of the row's size, so
+#   `s_i ∝ 1/‖G_i‖` and the row's step `∝ ‖G_i‖^{1/2}`, where AdamW's step does not depend on
+#   `‖G_i‖`: relative to AdamW the rare rows' share of the step falls as (mass)^{1/4} (the
+#   fitted exponent is in the claim row) — a gradual loss rather than the Nyström rule's
+#   cliff, which still takes it below the verdict's "blind" line at the smallest masses.
+# * **Nyström** rebuilds a row as `m_R[i,:] (Pᵀm_R)^† m_L`: it can only point where the left
+#   sketch `m_L = PᵀM` points, and that is dominated by the common tokens; the truncated
+#   pseudo-inverse drops what is left. The rare direction is lost unless its mass is large or
+#   the rank is high.
+# * the **naive projection** `P · adam(PᵀG)` spreads a rare row over all rows.
+
+# %% [markdown]
+# ## (b) Steps to fix a planted rare-token error
+
+# %%
+show("rare_tokens_fix")
+table(rare_tokens.fix_table(frame, cfg), "rare_tokens_fix")
+
+# %% [markdown]
+# ## Claim
+#
+# The verdict follows the rule in `rare_tokens.c10_claim` (see its docstring): the claim is
+# reproduced only if the default LoGRA (gain) both loses the rare signal in (a) and is slower to
+# fix the rare token in (b); either effect alone, or only with the Nyström reconstruction, is
+# "partly".
+
+# %%
+claims = [rare_tokens.c10_claim(frame, cfg)]
+report.save_claims(claims, "rare_tokens", figures_dir)
+display(Markdown(report.to_markdown(report.claims_frame(claims))))
