@@ -27,10 +27,13 @@ from logra.experiments import claims, report
 # %% tags=["parameters"]
 scale = "default"
 figures_dir = "figures"
+readme = "README.md"  # its claims block is rewritten with the ledger; "" leaves it alone
 
 # %%
 table = claims.ledger(claims.collect(figures_dir))
 report.show_table(table, "claims", figures_dir)
+if readme:
+    claims.update_readme(table, readme, scale)
 
 # %%
 counts = table.groupby("verdict").size().rename("claim rows").reset_index()

@@ -38,8 +38,20 @@ def test_bad_verdict_is_rejected_when_the_row_is_made() -> None:
 def test_notebook_writes_the_ledger(tmp_path) -> None:
     write_rows(tmp_path, "memory", [report.ClaimRow("C1", "134 MB", "1 MB", "exact",
                                                     "reproduced")])
-    notebooks.execute("00_claims", {"scale": "smoke", "figures_dir": str(tmp_path)},
-                      executed_dir=tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- claims:start -->\nstale\n<!-- claims:end -->\noutro\n")
+    notebooks.execute("00_claims", {"scale": "smoke", "figures_dir": str(tmp_path),
+                                    "readme": str(readme)}, executed_dir=tmp_path)
+    text = readme.read_text()
+    assert "stale" not in text and "| C1 | 134 MB | 1 MB |" in text
+    assert text.startswith("intro\n") and text.endswith("<!-- claims:end -->\noutro\n")
     table = pd.read_csv(tmp_path / "claims.csv", keep_default_na=False)
     assert len(table) == 12 and table.loc[0, "verdict"] == "reproduced"
     assert "| C1 |" in (tmp_path / "claims.md").read_text()
+
+
+def test_readme_without_a_claims_block_is_an_error(tmp_path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("no block here\n")
+    with pytest.raises(ValueError, match="claims:start"):
+        claims.update_readme(claims.ledger(claims.collect(tmp_path)), readme, "smoke")
