@@ -65,7 +65,9 @@ def _run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="logra-repro", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    rep = commands.add_parser("reproduce", help="execute every notebook, regenerate figures/")
+    rep = commands.add_parser(
+        "reproduce", help="build the proxy policies the notebooks need (once), execute every "
+        "notebook, regenerate figures/")
     rep.add_argument("--scale", default="default", help="smoke, default, or a model scale")
     rep.add_argument("--only", nargs="*", help="run only these notebooks (names without .ipynb)")
     rep.set_defaults(func=_reproduce)

@@ -14,6 +14,8 @@ EXECUTED_DIR = REPO / "results" / "notebooks"
 NOTEBOOKS: dict[str, str] = {
     "01_sketch_error": "sketch_error",
     "02_memory": "memory",
+    "03_kl_trajectories": "kl_trajectories",
+    "04_optimizer_comparison": "comparison",
     "05_long_horizon": "long_horizon",
     "06_rare_tokens": "rare_tokens",
     "08_communication": "communication",
@@ -49,6 +51,54 @@ def check_scale(scale: str, names: list[str]) -> None:
                 raise ValueError(f"notebook {name}: {err}") from None
 
 
+MODEL_KEYS = ("model", "models")
+
+
+def required_models(scale: str, names: list[str]) -> list[str]:
+    """The proxy policies the notebooks' experiment configs at `scale` need, in first-use order.
+
+    Convention: an experiment names the policies it trains or evaluates under a `model` (a
+    string) or `models` (a list) key. Values that are proxy scales of `logra.models.SCALES`
+    count; hub models download in the runs themselves. A null `model` in a config with a
+    `grpo_scale` key means experiments/grpo.yaml's model at that scale.
+    """
+    from logra.experiments.config import load_config
+    from logra.models import SCALES
+
+    needed: list[str] = []
+    for name in names:
+        if name not in NOTEBOOKS:
+            continue
+        config = load_config(NOTEBOOKS[name], scale)
+        for key in MODEL_KEYS:
+            if key not in config:
+                continue
+            value = config[key]
+            if value is None and "grpo_scale" in config:
+                value = load_config("grpo", config["grpo_scale"])["model"]
+            for model in value if isinstance(value, list) else [value]:
+                if (isinstance(model, str) and model in SCALES and SCALES[model].is_proxy
+                        and model not in needed):
+                    needed.append(model)
+    return needed
+
+
+def prepare_models(scale: str, names: list[str], log=print) -> list[str]:
+    """Build (`logra.models.prepare`, with progress bars) every proxy `required_models` lists
+    that is not built yet; a current build is reused. Returns the proxies' names."""
+    from logra.models import prepare
+    from logra.models.build import MODELS_DIR
+
+    models = required_models(scale, names)
+    for i, model in enumerate(models, 1):
+        start = time.perf_counter()
+        log(f"[prepare {i}/{len(models)}] proxy policy {model} (built once, then cached) ...")
+        path = prepare(model, root=MODELS_DIR, progress=True)
+        log(f"[prepare {i}/{len(models)}] {model} ready in {path} "
+            f"({time.perf_counter() - start:.0f} s)")
+    return models
+
+
 def execute(
     name: str,
     parameters: dict,
@@ -81,12 +131,14 @@ def execute(
 
 def reproduce(scale: str, only: list[str] | None = None, figures_dir: Path | None = None,
               executed_dir: Path = EXECUTED_DIR, log=print) -> dict[str, float]:
-    """Execute every notebook at `scale`; returns seconds per notebook.
+    """Build the proxy policies the notebooks need (`prepare_models`), then execute every
+    notebook at `scale`; returns seconds per notebook.
 
     Stops at the first failure, keeping every figure and executed notebook already written.
     """
     names = ordered(only)
     check_scale(scale, names)
+    prepare_models(scale, names, log)
     seconds: dict[str, float] = {}
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name} (scale={scale}) ...")

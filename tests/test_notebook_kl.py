@@ -1,0 +1,286 @@
+"""The KL-trajectory notebook end to end at smoke scale, its verdict rules on hand-made frames,
+the calibration probe, and the `adamw-kl` optimizer of the factory."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from logra import notebooks
+from logra.experiments import kl_trajectories as kt
+from logra.experiments.report import VERDICTS
+from logra.rl import config as grpo
+from logra.rl import runner
+from logra.rl.factory import build_optimizer
+
+
+def shared_results(tmp_path_factory: pytest.TempPathFactory):
+    """One results directory per test session: the comparison notebook's smoke runs reuse the
+    KL notebook's (and the smoke proxy is built once)."""
+    path = tmp_path_factory.getbasetemp() / "grpo-smoke-results"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("kl_trajectories")
+    results = shared_results(tmp_path_factory)
+    notebooks.execute(kt.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
+                                    "results_dir": str(results)}, executed_dir=out)
+    return out, results
+
+
+# ---------------------------------------------------------------- the notebook
+
+
+def test_notebook_writes_figures_tables_and_runs(executed) -> None:
+    out, results = executed
+    assert (out / f"{kt.NOTEBOOK}.ipynb").exists()
+    for name in kt.FIGURES:
+        for suffix in (".png", ".pdf"):
+            assert (out / f"{name}{suffix}").stat().st_size > 5000, name
+    cfg = kt.config("smoke")
+    table = pd.read_csv(out / "kl_trajectories.csv")
+    assert list(table["method"]) == [kt.METHODS[m].label for m in cfg["methods"]]
+    assert (table["seeds"] == len(cfg["seeds"])).all() and (table["steps"] == cfg["steps"]).all()
+    assert (table.filter(like="final KL") >= -1e-6).all().all()
+    calibration = pd.read_csv(out / "kl_calibration.csv")
+    assert len(calibration) == 3 and calibration["predictor"].str.contains("diagonal").any()
+    # every (method, seed) run is cached under the results directory, with its manifest
+    for method in cfg["methods"]:
+        for seed in cfg["seeds"]:
+            config = kt.grpo_config(cfg | {"results_dir": str(results)}, method, seed)
+            assert (grpo.run_dir(config) / "manifest.json").exists(), (method, seed)
+    assert list((results / "calibration").glob("*.csv"))
+
+
+def test_notebook_claim_rows(executed) -> None:
+    out, _ = executed
+    claims = pd.read_csv(out / "claims_kl_trajectories.csv")
+    assert list(claims["claim"]) == ["C5", "C6", "C6"]
+    assert claims["verdict"].isin(VERDICTS).all()
+    assert claims["scale"].iloc[0].startswith("smoke")
+    # the smoke policy earns no reward, so nothing moves: no explosion, nothing to track
+    assert list(claims["verdict"][:2]) == ["not reproduced", "not reproduced"]
+    gpu = claims.iloc[2]
+    assert gpu["verdict"] == "needs GPU scale"
+    assert "logra-repro reproduce --scale 1.5b --only 03_kl_trajectories" in gpu["reproduced"]
+    assert "logra-repro run experiments/grpo.yaml --scale 1.5b optimizer=logra" in gpu["reproduced"]
+
+
+# ---------------------------------------------------------------- configs and commands
+
+
+def test_methods_map_to_the_intended_optimizer_settings() -> None:
+    cfg = kt.config("default", methods=list(kt.METHODS))
+    expected = {
+        "adamw": ("adamw", 0.02, "gain"), "adamw-kl": ("adamw-kl", 0.02, "gain"),
+        "logra": ("logra", 0.02, "gain"), "logra-nystrom": ("logra", 0.02, "nystrom"),
+        "logra-nokl": ("logra", None, "gain"), "naive": ("naive", 0.02, "gain"),
+    }
+    for method, (optimizer, threshold, reconstruction) in expected.items():
+        config = kt.grpo_config(cfg, method, 2)
+        assert (config["optimizer"], config["predicted_kl_threshold"],
+                config["reconstruction"]) == (optimizer, threshold, reconstruction), method
+        assert config["seed"] == 2 and config["steps"] == cfg["steps"]
+        assert config["model"] == "proxy-1m" and config["lr"] == cfg["lr"]
+    calibration = kt.calibration_config(cfg, 0)
+    assert calibration["kl_estimator"] == "diag"
+    assert calibration["predicted_kl_threshold"] == math.inf
+
+
+def test_the_printed_command_computes_the_same_run() -> None:
+    for scale in ("default", "smoke", "1.5b", "27b"):
+        cfg = kt.config(scale)
+        config = kt.grpo_config(cfg, cfg["methods"][-1], 1)
+        line = kt.command(config)
+        assert line.startswith("logra-repro run experiments/grpo.yaml")
+        words = line.split()[3:]
+        grpo_scale = "default"
+        if words and words[0] == "--scale":
+            grpo_scale, words = words[1], words[2:]
+        again = grpo.resolve(scale=grpo_scale, overrides=words)
+        assert grpo.run_dir(again) == grpo.run_dir(config), scale
+
+
+def test_gpu_scales_take_grpo_settings_from_grpo_yaml() -> None:
+    config = kt.grpo_config(kt.config("1.5b"), "logra", 0)
+    reference = grpo.resolve(scale="1.5b")
+    for key in ("model", "lr", "prompts_per_step", "max_new_tokens", "dtype", "task"):
+        assert config[key] == reference[key], key
+    assert config["steps"] == 1100
+    assert kt.grpo_config(kt.config("27b"), "logra", 0)["model"] == "google/gemma-3-27b-it"
+    assert kt.is_real_scale(kt.config("7b")) and not kt.is_real_scale(kt.config("default"))
+
+
+def test_bad_configs_fail_before_any_compute() -> None:
+    with pytest.raises(ValueError, match="unknown methods"):
+        kt.config("smoke", methods=["adamw", "sgd"])
+    with pytest.raises(ValueError, match="unknown scale"):
+        kt.config("huge")
+    with pytest.raises(ValueError, match="unknown key"):
+        kt.config("smoke", optimizer="adamw")
+
+
+# ---------------------------------------------------------------- verdict rules
+
+
+def _frame(curves: dict[str, list[list[float]]]) -> pd.DataFrame:
+    """Hand-made runs: {method: [KL per step, one list per seed]}."""
+    rows = []
+    for method, seeds in curves.items():
+        for seed, kls in enumerate(seeds):
+            rows.append(dict(method=method, seed=seed, step=0, kl=math.nan))
+            for step, kl in enumerate(kls, 1):
+                rows.append(dict(method=method, seed=seed, step=step, kl=kl, step_kl=kl / 10,
+                                 predicted_kl=kl / 10, applied_kl=kl / 10, gamma=1.0,
+                                 clipped=False, reward=0.5, seconds=1.0, eval_accuracy=math.nan,
+                                 jvp_kl=math.nan))
+    return pd.DataFrame(rows)
+
+
+def _cfg(**overrides) -> dict:
+    return kt.config("default", methods=["adamw", "logra", "naive"], **overrides)
+
+
+def ramp(end: float, steps: int = 60) -> list[float]:
+    return list(np.linspace(end / steps, end, steps))
+
+
+@pytest.mark.parametrize(("naive_ends", "verdict"), [
+    ([5.0, 6.0, 8.0], "reproduced"),  # every seed far above dense AdamW (0.05) and 0.1
+    ([5.0, 0.03, 0.04], "partly"),
+    ([0.3, 0.4, 0.2], "not reproduced"),  # above 0.1 nats but not 10× AdamW's 0.05
+])
+def test_c5_rule(naive_ends, verdict) -> None:
+    frame = _frame({"adamw": [ramp(0.05), ramp(0.04), ramp(0.03)],
+                    "logra": [ramp(0.04)] * 3,
+                    "naive": [ramp(end) for end in naive_ends]})
+    row = kt.c5_claim(frame, _cfg())
+    assert row.claim == "C5" and row.verdict == verdict, row.reproduced
+
+
+def test_c5_counts_only_the_claims_window() -> None:
+    late = [0.01] * 100 + [9.0] * 20  # explodes only after step 100
+    frame = _frame({"adamw": [[0.05] * 120] * 3, "logra": [[0.05] * 120] * 3,
+                    "naive": [late] * 3})
+    assert kt.c5_claim(frame, _cfg()).verdict == "not reproduced"
+
+
+@pytest.mark.parametrize(("logra_end", "verdict"), [
+    (0.045, "reproduced"),  # inside AdamW's band 0.03–0.05
+    (0.08, "partly"),  # within 2× of the band
+    (0.005, "not reproduced"),
+])
+def test_c6_rule(logra_end, verdict) -> None:
+    frame = _frame({"adamw": [[0.05] * 20, [0.04] * 20, [0.03] * 20],
+                    "logra": [[logra_end] * 20] * 3, "naive": [[1.0] * 20] * 3})
+    row = kt.c6_claim(frame, _cfg())
+    assert row.claim == "C6" and row.verdict == verdict, row.reproduced
+    assert "1,100" in row.reproduced
+
+
+def test_c6_is_not_reproduced_when_dense_adamw_never_moved() -> None:
+    frame = _frame({"adamw": [[0.0] * 5] * 2, "logra": [[0.0] * 5] * 2, "naive": [[0.0] * 5] * 2})
+    row = kt.c6_claim(frame, _cfg())
+    assert row.verdict == "not reproduced" and "did not move" in row.reproduced
+
+
+def test_summary_reads_the_numbers() -> None:
+    frame = _frame({"adamw": [[0.04] * 20] * 2, "logra": [[0.01] * 20] * 2,
+                    "naive": [[0.002] * 20] * 2})
+    text = kt.summary(frame, _cfg())
+    assert "LoGRA gain + KL control 0.25×" in text and "naive random projection 0.05×" in text
+    assert "γ < 1 on 0 of 40 steps" in text
+
+
+def test_rules_need_their_methods() -> None:
+    frame = _frame({"adamw": [[0.1] * 5], "logra": [[0.1] * 5]})
+    with pytest.raises(ValueError, match="naive"):
+        kt.c5_claim(frame, _cfg())
+
+
+def test_long_horizon_row_only_where_the_runs_are_short() -> None:
+    row = kt.c6_long_horizon(kt.config("default"))
+    assert row.verdict == "needs GPU scale" and "--scale 1.5b" in row.reproduced
+    assert kt.c6_long_horizon(kt.config("1.5b")) is None
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def test_calibration_fit_recovers_a_known_factor() -> None:
+    predicted = pd.Series(np.geomspace(1e-9, 1e-6, 30))
+    noise = np.exp(np.random.default_rng(0).normal(0, 0.1, 30))
+    fit = kt._fit(predicted, 2.7e6 * predicted * noise)
+    assert fit["ratio"] == pytest.approx(2.7e6, rel=0.1)
+    assert fit["slope"] == pytest.approx(1.0, abs=0.05) and fit["spearman"] > 0.95
+    assert math.isnan(kt._fit(pd.Series([0.0, -1.0]), pd.Series([1.0, 1.0]))["ratio"])
+
+
+@pytest.fixture
+def learning_smoke(monkeypatch, tmp_path_factory):
+    """The smoke config with a stand-in reward (1 for an even-length completion), so that the
+    gradients are not zero (the smoke policy solves nothing)."""
+    monkeypatch.setattr(runner, "reward", lambda text, gold: float(len(text) % 2 == 0))
+    return kt.config("smoke", results_dir=str(tmp_path_factory.mktemp("learning")),
+                     calibration_steps=3, group_size=4, max_new_tokens=16, lr=3e-3)
+
+
+def test_calibration_probe_predicts_the_measured_step_kl(learning_smoke) -> None:
+    cfg = learning_smoke
+    frame = kt.calibration_run(kt.calibration_config(cfg, 0))
+    assert list(frame["step"]) == [1, 2, 3]
+    assert (frame["gamma"] == 1.0).all()  # the infinite budget never clips
+    assert (frame["predicted_kl"] > 0).all() and (frame["jvp_kl"] > 0).all()
+    # the JVP is exact to second order: small steps land close to the measured KL (Adam's
+    # first step moves every weight by lr, too far for a quadratic on this tiny policy)
+    ratio = frame["step_kl"] / frame["jvp_kl"]
+    assert ratio.iloc[1:].between(0.5, 2.0).all(), ratio.tolist()
+    # the calibration run takes the same steps as LoGRA without control
+    nokl = kt.grpo_job(kt.grpo_config(cfg | {"steps": 3}, "logra-nokl", 0))
+    assert np.allclose(nokl["kl"].iloc[1:], frame["kl"], atol=1e-7)
+    # and it is cached
+    again = kt.calibration_run(kt.calibration_config(cfg, 0))
+    pd.testing.assert_frame_equal(again, frame, check_dtype=False)
+
+
+def test_parallel_jobs_return_in_order() -> None:
+    jobs = [(math.factorial, (n,)) for n in (5, 3, 4)]
+    assert kt.run_jobs(jobs, workers=2, desc="t", progress=False) == [120, 6, 24]
+    assert kt.run_jobs(jobs, workers=1, desc="t", progress=False) == [120, 6, 24]
+
+
+# ---------------------------------------------------------------- adamw-kl in the factory
+
+
+def test_adamw_kl_is_torch_adamw_plus_the_control() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    twin = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    twin.load_state_dict(net.state_dict())
+    settings = dict(lr=1e-2, weight_decay=0.01, rank=4, predicted_kl_threshold=None,
+                    reconstruction="gain", kl_estimator="diag", seed=0)
+    ours = build_optimizer("adamw-kl", net, settings)
+    reference = torch.optim.AdamW(twin.parameters(), lr=1e-2, weight_decay=0.01)
+    x = torch.randn(64, 16)
+    for _ in range(5):
+        for model, optimizer in ((net, ours), (twin, reference)):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+    for a, b in zip(net.parameters(), twin.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert all(not group["sketch"] for group in ours.param_groups)
+    # with a budget it predicts the step's KL and scales it
+    controlled = build_optimizer("adamw-kl", net, {**settings, "predicted_kl_threshold": 1e-12})
+    net.zero_grad()
+    net(x).square().mean().backward()
+    controlled.step()
+    assert controlled.last_step["predicted_kl"] > 0 and controlled.last_step["gamma"] < 1
