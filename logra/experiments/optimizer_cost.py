@@ -195,10 +195,11 @@ def plot_sweep(frame: pd.DataFrame, sizes: list[int]) -> plt.Figure:
     sweep = frame[frame["case"].isin([f"square-{n}" for n in sizes])]
     fig, (ax_time, ax_state) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, rows in sweep.groupby("optimizer", sort=False):
+        rows = rows.sort_values("numel")  # cases run in config order, not by size
         style = dict(marker="o", lw=2) if name.startswith("logra") else dict(marker=".", lw=1)
         ax_time.plot(rows["numel"], rows["step_ms"], label=name, **style)
         ax_state.plot(rows["numel"], rows["state_bytes"], label=name, **style)
-    bound = sweep.drop_duplicates("numel")
+    bound = sweep.drop_duplicates("numel").sort_values("numel")
     ax_time.plot(bound["numel"], bound["adamw_bound_ms"], "k--", lw=1,
                  label=f"AdamW traffic bound (28 B/param at "
                        f"{bound['bandwidth_gb_s'].iloc[0]:.0f} GB/s)")
