@@ -74,15 +74,12 @@ print(f"{frame[['model', 'method', 'seed']].drop_duplicates().shape[0]} runs and
 
 def show(name: str) -> None:
     """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
-    fig = comparison.FIGURES[name](frame, cfg)
-    display(fig)
-    report.save_figure(fig, name, figures_dir)
+    report.show_figure(comparison.FIGURES[name](frame, cfg), name, figures_dir)
 
 
 def table(data, name: str) -> None:
     """Show a table and write figures_dir/NAME.{csv,md}."""
-    report.save_table(data, name, figures_dir)
-    display(Markdown(report.to_markdown(data)))
+    report.show_table(data, name, figures_dir)
 
 
 # %% [markdown]

@@ -52,15 +52,12 @@ print(f"{len(frame):,} measurements in {time.perf_counter() - start:.0f} s (scal
 
 def show(name: str) -> None:
     """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
-    fig = rare_tokens.FIGURES[name](frame, cfg)
-    display(fig)
-    report.save_figure(fig, name, figures_dir)
+    report.show_figure(rare_tokens.FIGURES[name](frame, cfg), name, figures_dir)
 
 
 def table(data, name: str) -> None:
     """Show a table and write figures_dir/NAME.{csv,md}."""
-    report.save_table(data, name, figures_dir)
-    display(Markdown(report.to_markdown(data)))
+    report.show_table(data, name, figures_dir)
 
 
 # %% [markdown]
