@@ -65,6 +65,7 @@ from torch import Tensor, nn
 from logra.experiments import sketch_error as se
 from logra.experiments.config import load_config
 from logra.experiments.report import ClaimRow
+from logra.models.random import random_qwen2
 
 RULES = se.RULES  # adamw, logra_gain, logra_nystrom, naive_projection
 LOGRA_RULES = ("logra_gain", "logra_nystrom")
@@ -150,17 +151,12 @@ def survival_rows(cfg: dict[str, Any], share: float, seed: int) -> list[dict[str
 
 def lm(cfg: dict[str, Any], seed: int) -> nn.Module:
     """The tiny Qwen2 causal LM of (b), randomly initialised from `seed` (untied embeddings)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    model_cfg = Qwen2Config(
+    return random_qwen2(
         vocab_size=cfg["lm_vocab"], hidden_size=cfg["lm_hidden"],
         intermediate_size=cfg["lm_intermediate"], num_hidden_layers=cfg["lm_layers"],
         num_attention_heads=cfg["lm_heads"], num_key_value_heads=cfg["lm_heads"],
-        max_position_embeddings=max(64, cfg["seq_len"]), tie_word_embeddings=False,
+        max_position_embeddings=max(64, cfg["seq_len"]), seed=seed,
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return Qwen2ForCausalLM(model_cfg)
 
 
 def transition_matrix(cfg: dict[str, Any], seed: int) -> Tensor:

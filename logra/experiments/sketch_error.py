@@ -58,6 +58,7 @@ from torch import Tensor, nn
 
 from logra.experiments.config import load_config
 from logra.experiments.report import ClaimRow
+from logra.models.random import random_qwen2
 from logra.optim import LoGRA, RandomProjectionAdam, sketch_shapes
 from logra.optim import sketch as sk
 
@@ -155,17 +156,12 @@ def synthetic_inputs(cfg: dict[str, Any]) -> dict[str, Tensor]:
 
 def qwen2_model(cfg: dict[str, Any]) -> nn.Module:
     """A randomly initialised Qwen2 causal LM built from a local config (nothing downloaded)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    model_cfg = Qwen2Config(
+    return random_qwen2(
         vocab_size=cfg["qwen_vocab"], hidden_size=cfg["qwen_hidden"],
         intermediate_size=cfg["qwen_intermediate"], num_hidden_layers=cfg["qwen_layers"],
         num_attention_heads=cfg["qwen_heads"], num_key_value_heads=cfg["qwen_kv_heads"],
-        max_position_embeddings=max(128, cfg["qwen_seq"]), tie_word_embeddings=False,
+        max_position_embeddings=max(128, cfg["qwen_seq"]), seed=cfg["seed"],
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(cfg["seed"])
-        return Qwen2ForCausalLM(model_cfg)
 
 
 def qwen2_gradient_stream(cfg: dict[str, Any]) -> dict[str, list[Tensor]]:
