@@ -132,14 +132,16 @@ def execute(
 def reproduce(scale: str, only: list[str] | None = None, figures_dir: Path | None = None,
               executed_dir: Path = EXECUTED_DIR, log=print) -> dict[str, float]:
     """Build the proxy policies the notebooks need (`prepare_models`), then execute every
-    notebook at `scale`; returns seconds per notebook.
+    notebook at `scale`; returns seconds per step ("prepare", then each notebook).
 
     Stops at the first failure, keeping every figure and executed notebook already written.
+    A complete run (`only` None) also writes its wall times as figures/reproduce_time_SCALE.
     """
     names = ordered(only)
     check_scale(scale, names)
+    start = time.perf_counter()
     prepare_models(scale, names, log)
-    seconds: dict[str, float] = {}
+    seconds: dict[str, float] = {"prepare": time.perf_counter() - start}
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name} (scale={scale}) ...")
         start = time.perf_counter()
@@ -149,4 +151,26 @@ def reproduce(scale: str, only: list[str] | None = None, figures_dir: Path | Non
         execute(name, params, executed_dir)
         seconds[name] = time.perf_counter() - start
         log(f"[{i}/{len(names)}] {name} done in {seconds[name]:.0f} s")
+    if only is None:
+        save_wall_times(seconds, scale, figures_dir)
     return seconds
+
+
+def save_wall_times(seconds: dict[str, float], scale: str, figures_dir: Path | None = None) -> None:
+    """figures/reproduce_time_SCALE.{csv,md}: seconds and minutes per step and in total, with
+    the machine's CPU count and the date, so the reported wall time is an artifact of the run."""
+    import datetime
+    import os
+
+    import pandas as pd
+
+    from logra.experiments import report
+
+    frame = pd.DataFrame({"step": [*seconds, "total"],
+                          "seconds": [*seconds.values(), sum(seconds.values())]})
+    frame["minutes"] = frame["seconds"] / 60
+    frame["scale"] = scale
+    frame["cpus"] = os.cpu_count()
+    frame["date"] = datetime.date.today().isoformat()
+    report.save_table(frame.round({"seconds": 1, "minutes": 2}), f"reproduce_time_{scale}",
+                      figures_dir if figures_dir is not None else report.FIGURES_DIR)

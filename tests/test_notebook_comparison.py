@@ -218,3 +218,20 @@ def test_a_bad_scale_fails_before_any_preparation(monkeypatch) -> None:
     with pytest.raises(ValueError, match="unknown scale"):
         notebooks.reproduce("huge", only=[kt.NOTEBOOK, cmp.NOTEBOOK], log=lambda _: None)
 
+
+
+def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr("logra.models.prepare", lambda model, **kw: model)
+    ran = []
+    monkeypatch.setattr(notebooks, "execute",
+                        lambda name, params, executed_dir: ran.append(name))
+    seconds = notebooks.reproduce("smoke", figures_dir=tmp_path, log=lambda _: None)
+    assert ran == notebooks.ordered() and list(seconds) == ["prepare", *ran]
+    table = pd.read_csv(tmp_path / "reproduce_time_smoke.csv")
+    assert list(table["step"]) == ["prepare", *ran, "total"]
+    assert table["seconds"].iloc[-1] == pytest.approx(table["seconds"].iloc[:-1].sum(), abs=0.1)
+    assert (table["scale"] == "smoke").all()
+    # a partial run (--only) leaves the complete run's table alone
+    (tmp_path / "reproduce_time_smoke.csv").unlink()
+    notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None)
+    assert not (tmp_path / "reproduce_time_smoke.csv").exists()
