@@ -5,7 +5,7 @@ Every run is `logra-repro run experiments/grpo.yaml` at the default scale (proxy
 8 prompts × 8 completions, 48 new tokens, lr 1e-4, β = 0, one torch thread) for 200 steps,
 evaluated greedily on the first 500 test problems every 50 steps. Runs are cached under
 results/runs/<name>/ and resumed, so rerunning this script only computes what is missing
-(from nothing: about 75 minutes on one core, LoGRA with the JVP estimator being the slowest).
+(from nothing: about 1.5 hours on one core; LoGRA with the JVP estimator is the slowest).
 
 Writes figures/grpo_proxy_1m.{csv,md} (accuracy and KL to the reference at each evaluation,
 per run), figures/grpo_proxy_1m_seeds.{csv,md} (dense AdamW's seeds: mean, spread and gain
