@@ -7,10 +7,11 @@ evaluated greedily on the first 500 test problems every 50 steps. Runs are cache
 results/runs/<name>/ and resumed, so rerunning this script only computes what is missing
 (from nothing: about 1.5 hours on one core; LoGRA with the JVP estimator is the slowest).
 
-Writes figures/grpo_proxy_1m.{csv,md} (accuracy and KL to the reference at each evaluation,
-per run), figures/grpo_proxy_1m_seeds.{csv,md} (dense AdamW's seeds: mean, spread and gain
-over the warm-up policy, with the verdict of the rule below) and figures/grpo_proxy_1m_paired
-.{csv,md} (each final policy against the warm-up policy, problem by problem).
+Writes (for proxy-1m) figures/grpo_proxy_1m.{csv,md}: accuracy and KL to the reference at each
+evaluation, per run; figures/grpo_proxy_1m_seeds.{csv,md}: dense AdamW's seeds (mean, spread
+and gain over the warm-up policy, with the verdict of the rule below); and
+figures/grpo_proxy_1m_paired.{csv,md}: each final policy against the warm-up policy, problem by
+problem.
 
 Rule: GRPO "raises accuracy beyond the seed spread" at a step when the seed mean's gain over the
 warm-up policy is larger than the seeds' range (max − min) there.
@@ -19,48 +20,53 @@ Both policies answer the same 500 problems, so the paired test says more than th
 of the problems on which they disagree, `gained` flipped to correct and `lost` to wrong; p is
 the exact two-sided sign test of gained vs lost (McNemar's exact test).
 
-    python scripts/grpo_proxy_report.py
+    python scripts/grpo_proxy_report.py                   # proxy-1m
+    python scripts/grpo_proxy_report.py --model proxy-4m  # builds proxy-4m first if needed
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import pandas as pd
 
 from logra.data.grading import reward
 from logra.experiments import report
-from logra.models import greedy_completions
+from logra.models import greedy_completions, prepare
 from logra.rl import resolve, run_dir, run_grpo
 from logra.rl.runner import CHECKPOINT_FILE, Trainer
 
 STEPS = 200
-# run name -> overrides of experiments/grpo.yaml (default scale)
-RUNS: dict[str, dict[str, object]] = {
-    "proxy1m-adamw-s0": dict(optimizer="adamw", seed=0),
-    "proxy1m-adamw-s1": dict(optimizer="adamw", seed=1),
-    "proxy1m-adamw-s2": dict(optimizer="adamw", seed=2),
-    "proxy1m-lora": dict(optimizer="lora"),
-    "proxy1m-logra-kl0.02": dict(optimizer="logra", predicted_kl_threshold=0.02),
-    "proxy1m-logra-nokl": dict(optimizer="logra", predicted_kl_threshold=None),
-    "proxy1m-naive": dict(optimizer="naive"),
+# run name suffix -> overrides of experiments/grpo.yaml (default scale)
+METHODS: dict[str, dict[str, object]] = {
+    "adamw-s0": dict(optimizer="adamw", seed=0),
+    "adamw-s1": dict(optimizer="adamw", seed=1),
+    "adamw-s2": dict(optimizer="adamw", seed=2),
+    "lora": dict(optimizer="lora"),
+    "logra-kl0.02": dict(optimizer="logra", predicted_kl_threshold=0.02),
+    "logra-nokl": dict(optimizer="logra", predicted_kl_threshold=None),
+    "naive": dict(optimizer="naive"),
 }
-ADAMW_SEEDS = [name for name in RUNS if name.startswith("proxy1m-adamw-s")]
+ADAMW_SEEDS = ("adamw-s0", "adamw-s1", "adamw-s2")
 
 
-def config_of(name: str) -> dict[str, object]:
-    return resolve("experiments/grpo.yaml", "default", run_name=name, steps=STEPS, **RUNS[name])
+def configs(model: str) -> dict[str, dict[str, object]]:
+    """Run name ("proxy1m-adamw-s0", ...) -> its resolved config, for every method."""
+    prefix = model.replace("-", "")
+    return {f"{prefix}-{suffix}": resolve("experiments/grpo.yaml", "default", model=model,
+                                          run_name=f"{prefix}-{suffix}", steps=STEPS, **overrides)
+            for suffix, overrides in METHODS.items()}
 
 
-def run_all() -> dict[str, pd.DataFrame]:
+def run_all(runs: dict[str, dict[str, object]]) -> dict[str, pd.DataFrame]:
     """Each run's per-step records (computed, resumed or read from the cache)."""
-    return {name: run_grpo(config_of(name), progress=True) for name in RUNS}
+    return {name: run_grpo(config, progress=True) for name, config in runs.items()}
 
 
-def correct_answers(name: str, trained: bool) -> list[bool]:
+def correct_answers(config: dict[str, object], trained: bool) -> list[bool]:
     """Per held-out problem: does the run's final policy (or, untrained, the warm-up policy)
     answer it correctly, greedily? The policy is rebuilt exactly as the run built it."""
-    config = config_of(name)
     trainer = Trainer(config, progress=False)
     if trained:
         trainer.load(run_dir(config) / CHECKPOINT_FILE)
@@ -79,12 +85,12 @@ def sign_test(gained: int, lost: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
 
 
-def paired(names: list[str]) -> pd.DataFrame:
+def paired(runs: dict[str, dict[str, object]]) -> pd.DataFrame:
     """Each run's final policy against the warm-up policy, problem by problem."""
-    before = correct_answers(names[0], trained=False)
+    before = correct_answers(next(iter(runs.values())), trained=False)
     rows = []
-    for name in names:
-        after = correct_answers(name, trained=True)
+    for name, config in runs.items():
+        after = correct_answers(config, trained=True)
         gained = sum(a and not b for a, b in zip(after, before, strict=True))
         lost = sum(b and not a for a, b in zip(after, before, strict=True))
         rows.append(dict(run=name, step=STEPS, problems=len(after),
@@ -107,7 +113,7 @@ def evaluations(records: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Dense AdamW's seeds at each evaluation step, against the warm-up policy (step 0)."""
-    adamw = table[table["run"].isin(ADAMW_SEEDS)]
+    adamw = table[table["run"].str.endswith(ADAMW_SEEDS)]
     warmup = float(adamw.loc[adamw["step"] == 0, "accuracy"].iloc[0])
     rows = []
     for step, group in adamw[adamw["step"] > 0].groupby("step"):
@@ -120,12 +126,18 @@ def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def main() -> None:
-    table = evaluations(run_all())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="proxy-1m", help="a proxy scale (logra.models.SCALES)")
+    model = parser.parse_args().model
+    runs = configs(model)  # a bad model name fails here, before anything is built
+    prepare(model)  # cached: builds the proxy policy only if it is missing
+    table = evaluations(run_all(runs))
     summary = seed_summary(table)
-    flips = paired(list(RUNS))
-    report.save_table(table, "grpo_proxy_1m")
-    report.save_table(summary, "grpo_proxy_1m_seeds")
-    report.save_table(flips, "grpo_proxy_1m_paired")
+    flips = paired(runs)
+    name = "grpo_" + model.replace("-", "_")
+    report.save_table(table, name)
+    report.save_table(summary, f"{name}_seeds")
+    report.save_table(flips, f"{name}_paired")
     print(report.to_markdown(table.pivot(index="run", columns="step", values="accuracy")
                                .reset_index()))
     print(report.to_markdown(summary))

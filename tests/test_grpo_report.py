@@ -1,0 +1,58 @@
+"""The statistics of scripts/grpo_proxy_report.py: the exact sign test and the seed-spread rule."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("grpo_proxy_report",
+                                              REPO / "scripts" / "grpo_proxy_report.py")
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+
+
+@pytest.mark.parametrize(("gained", "lost", "expected"), [
+    (0, 0, 1.0),
+    (5, 5, 1.0),
+    (10, 0, 2 / 2**10),  # all ten flips one way
+    (0, 10, 2 / 2**10),
+    (8, 2, 2 * (1 + 10 + 45) / 2**10),  # P(X ≤ 2) twice, X ~ Bin(10, 1/2)
+])
+def test_sign_test_is_the_exact_two_sided_binomial_tail(gained, lost, expected) -> None:
+    assert script.sign_test(gained, lost) == pytest.approx(expected)
+
+
+def test_sign_test_is_symmetric_and_at_most_one() -> None:
+    for gained in range(12):
+        for lost in range(12):
+            p = script.sign_test(gained, lost)
+            assert 0 < p <= 1 and math.isclose(p, script.sign_test(lost, gained))
+
+
+def test_seed_summary_compares_the_gain_of_the_mean_with_the_range() -> None:
+    rows = [dict(run=f"proxy1m-{name}", step=0, accuracy=0.30) for name in script.ADAMW_SEEDS]
+    rows += [dict(run="proxy1m-adamw-s0", step=50, accuracy=0.34),
+             dict(run="proxy1m-adamw-s1", step=50, accuracy=0.35),
+             dict(run="proxy1m-adamw-s2", step=50, accuracy=0.36),   # gain .05 > range .02
+             dict(run="proxy1m-adamw-s0", step=100, accuracy=0.28),
+             dict(run="proxy1m-adamw-s1", step=100, accuracy=0.33),
+             dict(run="proxy1m-adamw-s2", step=100, accuracy=0.40),  # gain .03 < range .12
+             dict(run="proxy1m-lora", step=50, accuracy=0.99)]        # not an AdamW seed
+    summary = script.seed_summary(pd.DataFrame(rows)).set_index("step")
+    assert summary.loc[50, "gain"] == pytest.approx(0.05)
+    assert summary.loc[50, "spread"] == pytest.approx(0.02)
+    assert bool(summary.loc[50, "clears_spread"]) and not bool(summary.loc[100, "clears_spread"])
+    assert (summary["seeds"] == 3).all()
+
+
+def test_every_method_resolves_to_a_grpo_config_for_the_proxy() -> None:
+    runs = script.configs("proxy-1m")
+    assert list(runs) == [f"proxy1m-{suffix}" for suffix in script.METHODS]
+    assert {config["optimizer"] for config in runs.values()} == {"adamw", "lora", "logra", "naive"}
+    assert runs["proxy1m-logra-nokl"]["predicted_kl_threshold"] is None
+    assert all(config["steps"] == script.STEPS for config in runs.values())
