@@ -31,6 +31,7 @@ import math
 
 import pandas as pd
 
+from logra import rl
 from logra.data.grading import reward
 from logra.experiments import report
 from logra.models import greedy_completions, prepare
@@ -102,13 +103,13 @@ def paired(runs: dict[str, dict[str, object]]) -> pd.DataFrame:
 
 def evaluations(records: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per run and evaluation step: accuracy, KL to the reference, seconds per step."""
-    rows = []
+    tables = []
     for name, frame in records.items():
-        trained = frame[frame["step"] > 0]
-        for _, row in frame.dropna(subset=["eval_accuracy"]).iterrows():
-            rows.append(dict(run=name, step=int(row["step"]), accuracy=row["eval_accuracy"],
-                             kl=row["kl"], seconds_per_step=trained["seconds"].mean()))
-    return pd.DataFrame(rows)
+        table = rl.evaluations(frame).rename(columns={"eval_accuracy": "accuracy"})
+        table.insert(0, "run", name)
+        table["seconds_per_step"] = frame.loc[frame["step"] > 0, "seconds"].mean()
+        tables.append(table)
+    return pd.concat(tables, ignore_index=True)
 
 
 def seed_summary(table: pd.DataFrame) -> pd.DataFrame:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -23,3 +26,16 @@ def tiny_qwen2():
         return Qwen2ForCausalLM(config)
 
     return build
+
+
+@pytest.fixture
+def load_script():
+    """Import scripts/NAME.py (not a package) as a module."""
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("grpo_proxy_report",
-                                              REPO / "scripts" / "grpo_proxy_report.py")
-script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(script)
+
+@pytest.fixture
+def script(load_script):
+    return load_script("grpo_proxy_report")
 
 
 @pytest.mark.parametrize(("gained", "lost", "expected"), [
@@ -23,18 +20,18 @@ spec.loader.exec_module(script)
     (0, 10, 2 / 2**10),
     (8, 2, 2 * (1 + 10 + 45) / 2**10),  # P(X ≤ 2) twice, X ~ Bin(10, 1/2)
 ])
-def test_sign_test_is_the_exact_two_sided_binomial_tail(gained, lost, expected) -> None:
+def test_sign_test_is_the_exact_two_sided_binomial_tail(script, gained, lost, expected) -> None:
     assert script.sign_test(gained, lost) == pytest.approx(expected)
 
 
-def test_sign_test_is_symmetric_and_at_most_one() -> None:
+def test_sign_test_is_symmetric_and_at_most_one(script) -> None:
     for gained in range(12):
         for lost in range(12):
             p = script.sign_test(gained, lost)
             assert 0 < p <= 1 and math.isclose(p, script.sign_test(lost, gained))
 
 
-def test_seed_summary_compares_the_gain_of_the_mean_with_the_range() -> None:
+def test_seed_summary_compares_the_gain_of_the_mean_with_the_range(script) -> None:
     rows = [dict(run=f"proxy1m-{name}", step=0, accuracy=0.30) for name in script.ADAMW_SEEDS]
     rows += [dict(run="proxy1m-adamw-s0", step=50, accuracy=0.34),
              dict(run="proxy1m-adamw-s1", step=50, accuracy=0.35),
@@ -50,7 +47,7 @@ def test_seed_summary_compares_the_gain_of_the_mean_with_the_range() -> None:
     assert (summary["seeds"] == 3).all()
 
 
-def test_every_method_resolves_to_a_grpo_config_for_the_proxy() -> None:
+def test_every_method_resolves_to_a_grpo_config_for_the_proxy(script) -> None:
     runs = script.configs("proxy-1m")
     assert list(runs) == [f"proxy1m-{suffix}" for suffix in script.METHODS]
     assert {config["optimizer"] for config in runs.values()} == {"adamw", "lora", "logra", "naive"}

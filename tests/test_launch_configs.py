@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "experiments" / "launch"
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("scale", ["1.5b", "7b", "27b"])
-def test_launch_configs_are_options_of_the_trl_script(scale: str) -> None:
+def test_launch_configs_are_options_of_the_trl_script(load_script, scale: str) -> None:
     pytest.importorskip("trl")
     script = load_script("trl_grpo")
     args = script.parse_args(["--config", str(LAUNCH / f"trl_grpo_{scale}.yaml")])
@@ -46,7 +38,7 @@ def test_accelerate_config_is_fsdp2_with_checkpointing_in_bf16() -> None:
     assert config["num_processes"] == 8
 
 
-def test_the_accountant_says_logra_fits_every_launch_config() -> None:
+def test_the_accountant_says_logra_fits_every_launch_config(load_script) -> None:
     table = load_script("launch_memory").rows(gpus=8)
     assert [row["config"] for row in table] == [f"trl_grpo_{s}.yaml" for s in ("1.5b", "7b",
                                                                                "27b")]

@@ -219,7 +219,6 @@ def test_a_bad_scale_fails_before_any_preparation(monkeypatch) -> None:
         notebooks.reproduce("huge", only=[kt.NOTEBOOK, cmp.NOTEBOOK], log=lambda _: None)
 
 
-
 def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr("logra.models.prepare", lambda model, **kw: model)
     ran = []
