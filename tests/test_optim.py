@@ -46,6 +46,45 @@ def sketched(opt: LoGRA, p: torch.Tensor) -> bool:
     return "exp_avg_L" in opt.state[p]
 
 
+def test_projections_are_the_ones_the_first_moment_sketch_lives_in() -> None:
+    """Fixed projections: m_L = Pᵀ M and m_R = M Q with M = Σ_t (1-β1) β1^(T-t) G_t."""
+    torch.manual_seed(0)
+    w, bias = nn.Parameter(torch.zeros(48, 40)), nn.Parameter(torch.zeros(40))
+    opt = LoGRA([w, bias], lr=1e-3, rank=4, oversample=2, predicted_kl_threshold=None)
+    with pytest.raises(ValueError, match="no sketch moments"):
+        opt.projections(w)  # before the first step
+    grads = [torch.randn(48, 40) for _ in range(4)]
+    for g in grads:
+        w.grad, bias.grad = g, torch.randn(40)
+        opt.step()
+    P, Q = opt.projections(w)
+    assert P.shape == (48, 6) and Q.shape == (40, 4)
+    torch.testing.assert_close(P.T @ P, torch.eye(6), atol=1e-5, rtol=0)
+    M = sum(0.1 * 0.9 ** (3 - t) * g for t, g in enumerate(grads))
+    torch.testing.assert_close(opt.state[w]["exp_avg_L"], P.T @ M, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(opt.state[w]["exp_avg_R"], M @ Q, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="no sketch moments"):
+        opt.projections(bias)  # a vector is not sketched
+    with pytest.raises(ValueError, match="not in this optimizer"):
+        opt.projections(nn.Parameter(torch.zeros(3, 3)))
+
+
+def test_projections_follow_the_refresh_epoch() -> None:
+    """refresh_every=2: steps 3 and 4 share P (m_L4 = β1 m_L3 + (1-β1) Pᵀ G4); step 5 draws anew."""
+    torch.manual_seed(0)
+    w = nn.Parameter(torch.zeros(48, 40))
+    opt = LoGRA([w], lr=1e-3, rank=4, refresh_every=2, predicted_kl_threshold=None)
+    seen = []
+    for _ in range(5):
+        w.grad = torch.randn(48, 40)
+        opt.step()
+        seen.append((opt.projections(w), opt.state[w]["exp_avg_L"].clone(), w.grad.clone()))
+    (P3, _), m_L3, _ = seen[2]
+    (P4, _), m_L4, G4 = seen[3]
+    (P5, _), _, _ = seen[4]
+    assert torch.equal(P3, P4) and not torch.allclose(P4, P5)
+    torch.testing.assert_close(m_L4, 0.9 * m_L3 + 0.1 * P4.T @ G4, atol=1e-6, rtol=1e-5)
+
 def test_state_of_a_4096_square_matrix_is_exactly_the_sketch_moments() -> None:
     w = nn.Parameter(torch.zeros(4096, 4096))
     opt = LoGRA([w], lr=1e-3, rank=16)

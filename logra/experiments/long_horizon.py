@@ -118,20 +118,6 @@ def measurement_steps(cfg: dict[str, Any]) -> list[int]:
 # ---------------------------------------------------------------- measurements
 
 
-def projections(opt: LoGRA, param: Tensor) -> tuple[Tensor, Tensor]:
-    """P (m×k), Q (n×r) of the refresh epoch `param`'s LoGRA state is expressed in.
-
-    (LoGRA regenerates them from (seed, shape, epoch) and keeps no public handle; this calls its
-    own generator, and the tests check that with fixed projections m_L = Pᵀ M to round-off.)
-    """
-    group = next(g for g in opt.param_groups if any(p is param for p in g["params"]))
-    m, n = param.shape[0], math.prod(param.shape[1:])
-    rank, k = group["rank"], group["rank"] + group["oversample"]
-    epoch = opt._epoch(int(opt.state[param]["step"].item()))
-    return (opt._projection(group["seed"], 0, m, k, epoch, param.device),
-            opt._projection(group["seed"], 1, n, rank, epoch, param.device))
-
-
 def sketched(opt: LoGRA) -> list[Tensor]:
     """The parameters LoGRA keeps sketch moments for (in optimizer order)."""
     return [p for g in opt.param_groups for p in g["params"] if "exp_avg_L" in opt.state[p]]
@@ -152,7 +138,7 @@ def state_metrics(opt: LoGRA, shadow: torch.optim.Optimizer,
         m = p.shape[0]
         M = dense["exp_avg"].reshape(m, -1).double()
         V = dense["exp_avg_sq"].reshape(m, -1).double()
-        P, Q = (t.double() for t in projections(opt, p))
+        P, Q = (t.double() for t in opt.projections(p))
         m_L, m_R = state["exp_avg_L"].double(), state["exp_avg_R"].double()
         rtol = next(g["rtol"] for g in opt.param_groups if any(q is p for q in g["params"]))
         M_hat = sk.nystrom(m_R, m_L, P, rtol)

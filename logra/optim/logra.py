@@ -377,6 +377,22 @@ class LoGRA(Optimizer):
             plans.append(self._projections(slot, self._epoch(step + 1)))
         return plans
 
+    def projections(self, param: Tensor) -> tuple[Tensor, Tensor]:
+        """P (m×k) and Q (n×r) of the refresh epoch `param`'s sketch moments are expressed in:
+        m_L = Pᵀ M and m_R = M Q for the dense first moment M it stands for (k = r + oversample).
+
+        `param` must be a sketched parameter of this optimizer that has taken a step.
+        """
+        group = next((g for g in self.param_groups if any(p is param for p in g["params"])), None)
+        if group is None:
+            raise ValueError(f"parameter of shape {tuple(param.shape)} is not in this optimizer")
+        state = self.state.get(param)
+        if not state or "exp_avg_L" not in state:
+            raise ValueError(f"parameter of shape {tuple(param.shape)} has no sketch moments "
+                             "(not sketched, or no step taken yet)")
+        slot = _Slot(group, param, -1, "", param, param, None)
+        return self._projections(slot, self._epoch(int(state["step"].item())))
+
     def _sketch_shapes(self, slot: _Slot):
         group = slot.group
         if not group["sketch"]:
