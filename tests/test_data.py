@@ -84,6 +84,28 @@ def test_math_mixes_problem_kinds() -> None:
     assert fractions and negatives
 
 
+@pytest.mark.parametrize("task, key", [("gsm-synth", "question"), ("math-synth", "problem")])
+def test_a_longer_test_split_extends_the_canonical_one_with_held_out_questions(task, key) -> None:
+    longer = synth.generate(task, "test", 0, N + 200, N, n_train=N)
+    assert longer[:N] == _rows(task, "test")
+    questions = [row[key] for row in longer]
+    assert len(set(questions)) == N + 200
+    assert not set(questions) & {row[key] for row in _rows(task, "train")}
+    assert synth.generate(task, "train", 0, N, N) == _rows(task, "train")  # train unchanged
+    with pytest.raises(ValueError, match="needs n_train"):
+        synth.generate(task, "test", 0, N + 1, N)
+
+
+def test_load_task_extends_a_generated_test_split_in_its_own_file(tmp_path) -> None:
+    canonical = load_task("gsm-synth", "test", tmp_path)
+    assert len(load_task("gsm-synth", "test", tmp_path, test_rows=100)) == len(canonical)
+    longer = load_task("gsm-synth", "test", tmp_path, test_rows=700)
+    assert len(longer) == 700 and longer[:500] == canonical[:]
+    assert tasks.synth_path("gsm-synth", "test700", tmp_path).exists()
+    train = set(load_task("gsm-synth", "train", tmp_path)["question"])
+    assert not set(longer["question"][500:]) & train
+
+
 def test_load_task_writes_json_once_and_reads_it_back(tmp_path) -> None:
     data = load_task("gsm-synth", "test", tmp_path)
     path = tasks.synth_path("gsm-synth", "test", tmp_path)

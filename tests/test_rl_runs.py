@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import datasets
 import pandas as pd
 import pytest
 
@@ -119,6 +120,21 @@ def test_a_run_directory_refuses_a_different_config(smoke_dirs, tmp_path) -> Non
     runner.run_grpo(config, progress=False)
     with pytest.raises(ConfigError, match=r"different \['lr'\]"):
         runner.run_grpo({**config, "lr": 0.5}, progress=False)
+
+
+def test_eval_prompts_past_the_test_split(smoke_dirs, tmp_path, monkeypatch) -> None:
+    """A generated task evaluates on any number of held-out problems, the first 500 being its
+    test split; a fixed (hub) split that is too short is an error naming the key."""
+    canonical = runner.Trainer(smoke_config(smoke_dirs, tmp_path, eval_prompts=500), False)
+    longer = runner.Trainer(smoke_config(smoke_dirs, tmp_path, eval_prompts=520), False)
+    assert len(longer.test_prompts) == 520
+    assert longer.test_prompts[:500] == canonical.test_prompts[:]
+    assert not set(longer.test_prompts["prompt"][500:]) & set(longer.train_prompts["prompt"])
+    hub = datasets.Dataset.from_dict({"question": ["2+3?"] * 3, "answer": ["5\n#### 5"] * 3})
+    monkeypatch.setattr(runner, "load_task", lambda *args, **kwargs: hub)
+    with pytest.raises(ConfigError, match=r"eval_prompts=4 but the test split of gsm-synth "
+                                          r"has 3 problems"):
+        runner.Trainer(smoke_config(smoke_dirs, tmp_path, eval_prompts=4), False)
 
 
 def test_command_line_run(smoke_dirs, tmp_path, capsys) -> None:

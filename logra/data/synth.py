@@ -10,7 +10,9 @@ so a character-level proxy can write it in under 48 new tokens (DESIGN §3).
   (an integer or `\\frac{p}{q}`), as in MATH.
 
 Splits are fixed by a seed: the test split is drawn first (distinct questions), and the train
-split never contains a test question.
+split never contains a test question. A test split can be extended past its canonical size for
+tighter evaluations: the draw continues, and extra questions the train split holds are dropped,
+so the first `n_test` rows and the train split stay what they were.
 """
 
 from __future__ import annotations
@@ -166,21 +168,34 @@ GENERATORS: dict[str, tuple[Callable[[random.Random], dict[str, str]], str]] = {
 }
 
 
-def generate(task: str, split: str, seed: int, n: int, n_test: int) -> list[dict[str, str]]:
+def generate(task: str, split: str, seed: int, n: int, n_test: int,
+             n_train: int | None = None) -> list[dict[str, str]]:
     """`n` examples of a generated task's split; the same (task, seed, n_test) gives the same split.
 
-    The test split holds `n_test` distinct questions; train examples never repeat one of them.
+    The test split holds distinct questions; its first `n_test` define it, and train examples
+    never repeat one of them. A test split of `n` > `n_test` rows continues the same draw and
+    skips the questions of the `n_train`-example train split (required then), so its extra rows
+    are held out as well and its first `n_test` rows are the canonical test split.
     """
     if task not in GENERATORS:
         raise ValueError(f"unknown generated task {task!r}; valid: {sorted(GENERATORS)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} for {task}; valid: {list(SPLITS)}")
     make, key = GENERATORS[task]
-    test = _draw(make, key, random.Random(f"{task}/test/{seed}"), n_test, exclude=set())
-    if split == "test":
+    test_rng = random.Random(f"{task}/test/{seed}")
+    test = _draw(make, key, test_rng, n_test, exclude=set())
+    test_questions = {row[key] for row in test}
+    if split == "train":
+        return _draw(make, key, random.Random(f"{task}/train/{seed}"), n, test_questions,
+                     distinct=False)
+    if n <= n_test:
         return test[:n]
-    exclude = {row[key] for row in test}
-    return _draw(make, key, random.Random(f"{task}/train/{seed}"), n, exclude, distinct=False)
+    if n_train is None:
+        raise ValueError(f"a {task} test split longer than n_test={n_test} needs n_train, "
+                         "the size of the train split its extra questions must avoid")
+    train = generate(task, "train", seed, n_train, n_test)
+    extra = _draw(make, key, test_rng, n - n_test, test_questions | {row[key] for row in train})
+    return test + extra
 
 
 def _draw(

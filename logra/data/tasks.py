@@ -35,11 +35,14 @@ TASKS = (*SYNTH_TASKS, *HUB_TASKS)
 MATH_COLUMNS = ["problem", "solution", "answer"]
 
 
-def load_task(task: str, split: str, data_dir: str | Path | None = None) -> datasets.Dataset:
+def load_task(task: str, split: str, data_dir: str | Path | None = None,
+              test_rows: int | None = None) -> datasets.Dataset:
     """The `split` ("train" or "test") of `task` (one of `TASKS`) as a Dataset.
 
     `data_dir` is where generated tasks are cached (default results/data); hub tasks live in the
-    `datasets` cache and are downloaded on first use.
+    `datasets` cache and are downloaded on first use. `test_rows` > 500 extends a generated
+    task's test split to that many rows with more questions held out of the train split (its
+    first 500 rows stay the canonical test split; `synth.generate`); hub tasks ignore it.
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; valid tasks: {list(TASKS)}")
@@ -50,9 +53,13 @@ def load_task(task: str, split: str, data_dir: str | Path | None = None) -> data
     if task == "math":
         return _load_math(split)
     data_dir = Path(data_dir) if data_dir is not None else DATA_DIR
-    path = synth_path(task, split, data_dir)
+    n = SYNTH_SIZES[split]
+    if split == "test" and test_rows is not None and test_rows > n:
+        n = test_rows
+    path = synth_path(task, split if n == SYNTH_SIZES[split] else f"{split}{n}", data_dir)
     if not path.exists():
-        rows = synth.generate(task, split, SYNTH_SEED, SYNTH_SIZES[split], SYNTH_SIZES["test"])
+        rows = synth.generate(task, split, SYNTH_SEED, n, SYNTH_SIZES["test"],
+                              SYNTH_SIZES["train"])
         io.write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
     return datasets.load_dataset(
         "json", data_files=str(path), split="train", cache_dir=str(data_dir / "hf-cache")

@@ -7,7 +7,8 @@ One step t = 1 … steps:
   4. `updates_per_batch` times: the GRPO loss (`grpo.grpo_loss`), backward, gradient norm,
      and the optimizer's step (LoGRA with `kl_estimator="jvp"` first gets the batch);
   5. measure the KL between the policy before and after the update on the same tokens;
-  6. every `eval_every` steps: greedy accuracy on the first `eval_prompts` test prompts.
+  6. every `eval_every` steps: greedy accuracy on the first `eval_prompts` test prompts (a
+     generated task's test split extends past its 500 with more held-out problems).
 
 Records (one row per step; row 0 holds the evaluation before training):
 
@@ -127,13 +128,18 @@ class Trainer:
         with self.dp.main_first():  # one rank generates and caches the data
             self.train_prompts = self._prompts("train")
             test = self._prompts("test")
-        self.test_prompts = test.select(range(min(config["eval_prompts"], len(test))))
+        if len(test) < config["eval_prompts"]:
+            raise ConfigError(f"eval_prompts={config['eval_prompts']} but the test split of "
+                              f"{config['task']} has {len(test)} problems")
+        self.test_prompts = test.select(range(config["eval_prompts"]))
 
     def _prompts(self, split: str) -> datasets.Dataset:
         """`prompt`, `gold` of a split, wrapped in the chat template when configured and present."""
-        task = self.config["task"]
-        prompts = to_prompts(load_task(task, split, self.config["data_dir"]), task)
-        if self.config["use_chat_template"] and self.tokenizer.chat_template:
+        config = self.config
+        rows = load_task(config["task"], split, config["data_dir"],
+                         test_rows=config["eval_prompts"])
+        prompts = to_prompts(rows, config["task"])
+        if config["use_chat_template"] and self.tokenizer.chat_template:
             prompts = prompts.map(lambda row: {"prompt": chat(self.tokenizer, row["prompt"])})
         return prompts
 
