@@ -28,7 +28,10 @@ def _prepare(args: argparse.Namespace) -> int:
     if args.scale not in SCALES:
         print(f"error: unknown scale {args.scale!r}; valid: {list(SCALES)}", file=sys.stderr)
         return 2
-    built = prepare(args.scale, force=args.force)
+    if args.threads is not None and args.threads < 1:
+        print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
+    built = prepare(args.scale, force=args.force, threads=args.threads)
     if not SCALES[args.scale].is_proxy:
         print(f"{args.scale}: hub model {built}, nothing to build")
         return 0
@@ -74,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre = commands.add_parser("prepare", help="build a proxy policy (cached) or check a hub scale")
     pre.add_argument("--scale", required=True, help="smoke, proxy-1m, proxy-4m, 1.5b, ...")
     pre.add_argument("--force", action="store_true", help="rebuild even if a current build exists")
+    pre.add_argument("--threads", type=int, default=None,
+                     help="torch CPU threads of the warm-up (default: the scale's own)")
     pre.set_defaults(func=_prepare)
     run = commands.add_parser("run", help="run (or resume) an experiment: GRPO with an optimizer")
     run.add_argument("experiment", help="the config, e.g. experiments/grpo.yaml")

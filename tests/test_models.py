@@ -54,6 +54,21 @@ def test_prepare_for_hub_scales_only_validates(tmp_path) -> None:
         prepare("proxy-2m", root=tmp_path)
 
 
+def test_prepare_threads_set_the_warm_up_not_the_build(tmp_path, data_dir, smoke) -> None:
+    before = torch.get_num_threads()
+    built = prepare("smoke", root=tmp_path, data_dir=data_dir, progress=False, threads=2)
+    assert torch.get_num_threads() == before
+    assert json.loads((built / "warmup.json").read_text())["threads"] == 2
+    assert (built / "build_config.json").read_text() == (smoke / "build_config.json").read_text()
+    stamp = (built / "model.safetensors").stat().st_mtime_ns
+    prepare("smoke", root=tmp_path, data_dir=data_dir, progress=False)  # current: no rebuild
+    assert (built / "model.safetensors").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="threads must be an integer >= 1"):
+        prepare("smoke", root=tmp_path / "new", force=True, threads=0)
+    assert not (tmp_path / "new").exists()
+    assert main(["prepare", "--scale", "smoke", "--threads", "0"]) == 2
+
+
 def test_smoke_proxy_is_a_hugging_face_directory(smoke) -> None:
     for name in ("config.json", "model.safetensors", "tokenizer.json", "build_config.json",
                  "warmup.json"):

@@ -78,11 +78,14 @@ def prepare(
     force: bool = False,
     data_dir: str | Path | None = None,
     progress: bool = True,
+    threads: int | None = None,
 ) -> Path | str:
     """The directory of proxy `scale` under `root`, built first unless a current build is there.
 
     For a hub scale (1.5b, 7b, 27b) this only validates the name and returns the hub id; nothing
     is downloaded. `data_dir` is where the generated tasks are cached (default results/data).
+    `threads`: torch CPU threads of the warm-up (default: the scale's); how fast, not what, so
+    it is outside the build hash (more threads may change the weights at round-off).
     """
     spec = get_scale(scale)
     if not spec.is_proxy:
@@ -91,12 +94,15 @@ def prepare(
     config = build_config(spec)
     if not force and is_current(target, config):
         return target
-    threads = torch.get_num_threads()
-    torch.set_num_threads(spec.warmup.threads)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or spec.warmup.threads)
     try:
         _build(spec, config, target, data_dir, progress)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
     return target
 
 
@@ -130,7 +136,7 @@ def _build(
         "warmup_steps": result.steps,
         "warmup_seconds": round(result.seconds, 1),
         "stopped_early": result.stopped_early,
-        "threads": w.threads,
+        "threads": torch.get_num_threads(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "test_accuracy": accuracy,
         "history": result.history,
