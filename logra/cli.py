@@ -59,10 +59,19 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if _rank() != 0:  # under torchrun every rank returns the records; one reports them
+        return 0
     final = records.dropna(subset=["eval_accuracy"]).iloc[-1]
     print(f"{len(records) - 1} steps; greedy accuracy {final['eval_accuracy']:.3f} at step "
           f"{int(final['step'])}; records in {run_dir(config)}")
     return 0
+
+
+def _rank() -> int:
+    """This process's rank in the default process group (0 outside torchrun)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

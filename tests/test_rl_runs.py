@@ -149,6 +149,20 @@ def test_command_line_run(smoke_dirs, tmp_path, capsys) -> None:
     assert "valid" not in capsys.readouterr().out
 
 
+def test_command_line_run_reports_on_rank_zero_only(monkeypatch, capsys) -> None:
+    import torch.distributed as dist
+
+    import logra.rl
+
+    records = pd.DataFrame(dict(step=[0, 1], eval_accuracy=[0.25, 0.5]))
+    monkeypatch.setattr(logra.rl, "run_grpo", lambda config, progress: records)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    for rank, reported in ((1, False), (0, True)):
+        monkeypatch.setattr(dist, "get_rank", lambda rank=rank: rank)
+        assert main(["run", "experiments/grpo.yaml", "--scale", "smoke", "--quiet"]) == 0
+        assert ("1 steps; greedy accuracy 0.500" in capsys.readouterr().out) == reported
+
+
 def test_several_updates_per_batch_engage_the_clip(smoke_dirs, tmp_path) -> None:
     config = smoke_config(smoke_dirs, tmp_path, updates_per_batch=3, lr=3e-2, steps=2)
     train = runner.run_grpo(config, progress=False).iloc[1:]
