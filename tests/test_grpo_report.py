@@ -31,15 +31,23 @@ def test_sign_test_is_symmetric_and_at_most_one(script) -> None:
             assert 0 < p <= 1 and math.isclose(p, script.sign_test(lost, gained))
 
 
+def test_flips_count_gained_and_lost_problems(script) -> None:
+    before = [True, True, False, False, False, True]
+    after = [True, False, True, True, False, True]
+    row = script.flips(before, after)
+    assert (row["gained"], row["lost"], row["problems"]) == (2, 1, 6)
+    assert row["accuracy"] == pytest.approx(4 / 6) and row["warmup_accuracy"] == 0.5
+    assert row["p_value"] == pytest.approx(script.sign_test(2, 1)) == 1.0
+
+
 def test_seed_summary_compares_the_gain_of_the_mean_with_the_range(script) -> None:
-    rows = [dict(run=f"proxy1m-{name}", step=0, accuracy=0.30) for name in script.ADAMW_SEEDS]
+    rows = [dict(run=f"proxy1m-adamw-s{seed}", step=0, accuracy=0.30) for seed in range(3)]
     rows += [dict(run="proxy1m-adamw-s0", step=50, accuracy=0.34),
              dict(run="proxy1m-adamw-s1", step=50, accuracy=0.35),
              dict(run="proxy1m-adamw-s2", step=50, accuracy=0.36),   # gain .05 > range .02
              dict(run="proxy1m-adamw-s0", step=100, accuracy=0.28),
              dict(run="proxy1m-adamw-s1", step=100, accuracy=0.33),
-             dict(run="proxy1m-adamw-s2", step=100, accuracy=0.40),  # gain .03 < range .12
-             dict(run="proxy1m-lora", step=50, accuracy=0.99)]        # not an AdamW seed
+             dict(run="proxy1m-adamw-s2", step=100, accuracy=0.40)]  # gain .03 < range .12
     summary = script.seed_summary(pd.DataFrame(rows)).set_index("step")
     assert summary.loc[50, "gain"] == pytest.approx(0.05)
     assert summary.loc[50, "spread"] == pytest.approx(0.02)
@@ -53,3 +61,18 @@ def test_every_method_resolves_to_a_grpo_config_for_the_proxy(script) -> None:
     assert {config["optimizer"] for config in runs.values()} == {"adamw", "lora", "logra", "naive"}
     assert runs["proxy1m-logra-nokl"]["predicted_kl_threshold"] is None
     assert all(config["steps"] == script.STEPS for config in runs.values())
+
+
+def test_seed_study_differs_from_the_method_runs_only_in_lr_and_held_out_problems(script) -> None:
+    """Its lr-1e-4 seeds train exactly as the method table's AdamW seeds (the eval draws no
+    random numbers), so they are the same policies measured on ten times the problems."""
+    method = script.configs("proxy-1m")["proxy1m-adamw-s1"]
+    study = script.seed_configs("proxy-1m")
+    assert list(study) == list(script.SEED_STUDY)
+    for label, runs in study.items():
+        assert len(runs) == len(script.SEEDS)
+        config = runs[f"proxy1m-adamw-{label}-s1-heldout{script.HELD_OUT}"]
+        differ = {k for k in config if config[k] != method[k]}
+        assert differ <= {"lr", "eval_prompts", "run_name"}
+        assert config["lr"] == script.SEED_STUDY[label]
+        assert config["eval_prompts"] == script.HELD_OUT > script.TEST_PROBLEMS
