@@ -28,10 +28,11 @@ def _prepare(args: argparse.Namespace) -> int:
     if args.scale not in SCALES:
         print(f"error: unknown scale {args.scale!r}; valid: {list(SCALES)}", file=sys.stderr)
         return 2
-    if args.threads is not None and args.threads < 1:
-        print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+    try:
+        built = prepare(args.scale, force=args.force, threads=args.threads)
+    except ValueError as err:  # bad --threads, before anything is built
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    built = prepare(args.scale, force=args.force, threads=args.threads)
     if not SCALES[args.scale].is_proxy:
         print(f"{args.scale}: hub model {built}, nothing to build")
         return 0

@@ -87,6 +87,9 @@ def prepare(
     `threads`: torch CPU threads of the warm-up (default: the scale's); how fast, not what, so
     it is outside the build hash (more threads may change the weights at round-off).
     """
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
     spec = get_scale(scale)
     if not spec.is_proxy:
         return spec.hub_id
@@ -94,9 +97,6 @@ def prepare(
     config = build_config(spec)
     if not force and is_current(target, config):
         return target
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
     before = torch.get_num_threads()
     torch.set_num_threads(threads or spec.warmup.threads)
     try:
