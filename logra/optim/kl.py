@@ -6,9 +6,12 @@ the old and the new policy is
     KL(π_θ ‖ π_{θ+Δ}) ≈ ½ Δᵀ F Δ = ½ E_tokens[ Σ_k p_k v_k² − (Σ_k p_k v_k)² ],   v = J Δ,
 
 where J = ∂z/∂θ and F = Jᵀ (diag p − p pᵀ) J is the Fisher of the softmax. One forward-mode JVP
-of the logits with tangent Δ (`torch.func.jvp` over `torch.func.functional_call`) gives v exactly,
-without forming J or F. This is the natural-gradient quadratic of TRPO (Schulman et al. 2015) and
-ACKTR (Wu et al. 2017).
+of the logits with tangent Δ (dual numbers of `torch.autograd.forward_ad`, the parameters swapped
+in by `torch.func.functional_call`) gives v exactly, without forming J or F. The dual-number API
+rather than `torch.func.jvp`: a functorch transform refuses models whose hooks call
+`requires_grad_` (what `transformers`' `enable_input_require_grads` installs under gradient
+checkpointing, as TRL's trainers do). This is the natural-gradient quadratic of TRPO (Schulman
+et al. 2015) and ACKTR (Wu et al. 2017).
 
 PyTorch's fused SDPA kernels have no forward-mode derivative, so the JVP runs under
 `sdpa_kernel(SDPBackend.MATH)`, which every attention implementation of `transformers` accepts.
@@ -21,7 +24,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, jvp
+from torch.autograd import forward_ad
+from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
@@ -96,21 +100,43 @@ def logits_jvp(
     unknown = sorted(set(delta) - set(named))
     if unknown:
         raise KeyError(f"delta names parameters the model does not have: {unknown[:5]}")
-    names = list(delta)
-    primals = tuple(named[name].detach() for name in names)
-    tangents = tuple(delta[name].to(named[name].dtype) for name in names)
-
-    def logits_at(*weights: Tensor) -> Tensor:
-        out = functional_call(model, dict(zip(names, weights, strict=True)), args, kwargs)
-        return logits_of(out)
-
     was_training = model.training
     model.eval()
     try:
-        with sdpa_kernel(SDPBackend.MATH):
-            return jvp(logits_at, primals, tangents)
+        with sdpa_kernel(SDPBackend.MATH), forward_ad.dual_level():
+            duals = {name: forward_ad.make_dual(named[name].detach(),
+                                                tangent.to(named[name].dtype))
+                     for name, tangent in delta.items()}
+            logits = logits_of(functional_call(model, duals, args, kwargs))
+            primal, tangent = forward_ad.unpack_dual(logits)
+            return primal, tangent
     finally:
         model.train(was_training)
+
+
+def batch_rows(
+    args: tuple, kwargs: Mapping[str, Any], token_mask: Tensor | None, stride: int, offset: int
+) -> tuple[tuple, dict[str, Any], Tensor | None]:
+    """Every `stride`-th sequence of a batch from `offset`: rows offset, offset + stride, ….
+
+    The batch size B is the first dimension of `input_ids` (or of the first tensor argument);
+    every tensor argument, keyword and the token mask whose first dimension is B is sliced, the
+    rest passed on as is. stride 1, or a batch of fewer than `stride` rows, keeps everything.
+    """
+    first = kwargs.get("input_ids")
+    if not isinstance(first, Tensor):
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+    if stride <= 1 or first is None or first.dim() == 0 or first.shape[0] < stride:
+        return args, dict(kwargs), token_mask
+    size = first.shape[0]
+    rows = torch.arange(offset % stride, size, stride, device=first.device)
+
+    def pick(value: Any) -> Any:
+        is_batched = isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == size
+        return value.index_select(0, rows.to(value.device)) if is_batched else value
+
+    return (tuple(pick(a) for a in args), {k: pick(v) for k, v in kwargs.items()},
+            pick(token_mask))
 
 
 def token_count(logits: Tensor, token_mask: Tensor | None = None) -> Tensor:
@@ -126,16 +152,20 @@ class BatchRecorder:
     Trainers such as `transformers.Trainer` and TRL call `optimizer.step()` with no arguments;
     the JVP predictor then replays the last batch the model saw. Tensors are kept by reference
     (no copy), detached. `token_mask_fn(args, kwargs)` may pick the tokens that count; by default
-    the `attention_mask` keyword if present, else every token.
+    the `attention_mask` keyword if present, else every token. `inputs_fn(args, kwargs)` may
+    rewrite what is replayed, e.g. drop keywords that make a trainer's forward return something
+    other than logits (TRL's `fused_lm_head=True`, `labels`); by default the inputs as recorded.
     """
 
     def __init__(
         self,
         model: nn.Module,
         token_mask_fn: Callable[[tuple, dict], Tensor | None] | None = None,
+        inputs_fn: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
     ) -> None:
         self.model = model
         self.token_mask_fn = token_mask_fn or _attention_mask
+        self.inputs_fn = inputs_fn
         self.args: tuple | None = None
         self.kwargs: dict[str, Any] = {}
         self._handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
@@ -152,6 +182,11 @@ class BatchRecorder:
 
     def token_mask(self) -> Tensor | None:
         return self.token_mask_fn(self.args or (), self.kwargs)
+
+    def replay(self) -> tuple[tuple, dict[str, Any]]:
+        """The recorded (args, kwargs) to run the model on, through `inputs_fn` if given."""
+        args, kwargs = self.args or (), self.kwargs
+        return self.inputs_fn(args, kwargs) if self.inputs_fn else (args, kwargs)
 
     def remove(self) -> None:
         self._handle.remove()

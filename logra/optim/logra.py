@@ -22,10 +22,25 @@ update instead. Before any weight changes, the whole step is scaled once:
     KL̂ = ½ Δᵀ F Δ,    γ = min(1, √(δ / KL̂)),    W ← W + γ Δ
 
 (TRPO's step rescaling, and ACKTR's KL clipping of Wu et al. 2017, applied to an Adam-like
-direction). F is either the diagonal empirical Fisher V̂ (`kl_estimator="diag"`, free, but for a
-batch-mean RL gradient not a KL in absolute units: scale it with `kl_calibration`) or the exact
-Fisher of a categorical policy through one forward-mode JVP (`kl_estimator="jvp"`, needs the batch:
-`attach(model)` or `set_kl_batch(...)`).
+direction); δ is in nats per token per step. KL̂ is predicted in one of three ways
+(`kl_estimator=`):
+
+    "calibrated"  (default) the exact quadratic ½ ΔᵀFΔ of a categorical policy by one
+                  forward-mode JVP of the logits on every `kl_probe_stride`-th sequence of the
+                  step's batch (a rotating subsample: the cost is 1/stride of a full probe), every
+                  `kl_probe_every` steps; on steps without a probe, the diagonal estimate
+                  d = ½ Σ V̂ Δ² times a factor refitted from the probes (`logra.optim.calibration`)
+    "jvp"         the exact quadratic on the whole batch, every step
+    "diag"        `kl_calibration` · ½ Σ V̂ Δ², a constant the user supplies
+
+The diagonal estimate alone is no KL: for a batch-mean RL gradient V̂ is not the Fisher (on the
+GRPO proxy d was millions of times below the KL a step caused), and even refitted to nats it
+follows the step-to-step KL too loosely to be the default (KL-trajectory notebook). A probe
+needs the batch: `attach(model)` (a forward pre-hook remembers the last inputs) or
+`set_kl_batch(...)`. Where no batch can be replayed (FSDP2's sharded parameters, a trainer whose
+forward hands back no logits), a trainer that measures each step's KL can report it with
+`observe_kl(kl)`, which calibrates the diagonal estimate instead. Without either the estimate
+has no unit: the step warns once, and the control does not act.
 
 Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n). P and Q are
 regenerated from (seed, parameter key, refresh epoch) every step and never stored, unless
@@ -51,6 +66,7 @@ causal LM (tests/test_optim_training.py), and the sketch-error notebook shows th
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
@@ -64,6 +80,7 @@ from torch.optim.optimizer import ParamsT
 
 from logra.optim import batched
 from logra.optim import sketch as sk
+from logra.optim.calibration import KLCalibration
 from logra.optim.distributed import (
     RowShard,
     all_reduce_sum,
@@ -75,6 +92,7 @@ from logra.optim.distributed import (
 )
 from logra.optim.kl import (
     BatchRecorder,
+    batch_rows,
     fisher_quadratic,
     logits_jvp,
     predicted_kl_jvp,
@@ -83,7 +101,7 @@ from logra.optim.kl import (
 from logra.optim.updates import DenseUpdate, GainUpdate, NystromUpdate, Update, as_matrix
 
 RECONSTRUCTIONS = ("gain", "nystrom")
-KL_ESTIMATORS = ("diag", "jvp")
+KL_ESTIMATORS = ("calibrated", "diag", "jvp")
 
 
 def sketch_shapes(
@@ -143,22 +161,39 @@ class LoGRA(Optimizer):
             (dense AdamW for that group, e.g. for embeddings that want more than low rank).
         lr, betas, eps, weight_decay: as for AdamW (weight decay decoupled).
         rank: sketch rank r of every matrix in the group.
-        predicted_kl_threshold: δ of the step control; None turns the control off.
+        predicted_kl_threshold: δ of the step control, in nats per token per step: the largest
+            predicted KL(π_before ‖ π_after) a step may cause; None turns the control off.
         seed: seed of the projections; the same on every rank.
         cache_projections: keep P and Q between steps (memory for speed) instead of regenerating.
         reconstruction: "gain" (default) or "nystrom"; see the module docstring.
-        kl_estimator: "diag" or "jvp".
-        kl_calibration: multiplies the diagonal estimate (measured KL / predicted, see the
-            KL-trajectory notebook); ignored by "jvp", which is exact to second order.
+        kl_estimator: how KL̂ is predicted, in nats per token (module docstring):
+            "calibrated" (default): an exact JVP probe on a subsample of the batch of
+            `attach(model)` or `set_kl_batch`, and between probes (or without a batch, from KLs
+            reported with `observe_kl`) the diagonal estimate refitted to nats; with neither,
+            it warns once and does not clip. "jvp": the exact probe on the whole batch every
+            step. "diag": the raw diagonal estimate times the constant `kl_calibration`.
+        kl_calibration: multiplies the "diag" estimate (measured KL / predicted, see the
+            KL-trajectory notebook); used by "diag" only.
+        kl_probe_every: steps between the JVP probes of "calibrated" (1: every step).
+        kl_probe_stride: the probe of "calibrated" replays every this many-th sequence of the
+            batch (from an offset that rotates with the step), so it costs 1/stride of "jvp".
+        kl_calibration_window: how many recent (estimate, KL) pairs the calibration's median
+            runs over (`logra.optim.calibration`).
+        kl_drift_budget: B, a bound on KL(π_θ ‖ π_ref) in nats per token (beyond the report):
+            each step's budget shrinks to (√B − √K)² as the KL to the reference K, reported by
+            the trainer with `observe_reference_kl`, approaches B (`step_threshold`). None: the
+            per-step δ alone, which bounds each step but not the drift.
         rtol: relative cutoff of the Nyström core's pseudo-inverse.
         oversample: extra columns of P (generalized Nyström oversampling of the left sketch).
         refresh_every: draw new projections every this many steps (moments are re-sketched into
             the new ones); None keeps them fixed.
         maximize: ascend instead of descend, as in AdamW.
-        process_group: under DDP, the data-parallel group: the JVP's KL prediction, made on each
-            rank's own batch, is token-averaged over it, so that γ and the weights stay equal on
-            every rank ("diag" needs nothing: it reads only all-reduced gradients). FSDP2's
-            DTensor parameters bring their own group (see `logra.optim.distributed`).
+        process_group: under DDP, the data-parallel group: the JVP probe's KL prediction, made
+            on each rank's own batch, is token-averaged over it, so that γ, the calibration and
+            the weights stay equal on every rank (default: the whole default group when
+            torch.distributed runs; the diagonal estimate reads only all-reduced gradients).
+            A KL given to `observe_kl` must be the same on every rank. FSDP2's DTensor
+            parameters bring their own group (see `logra.optim.distributed`).
     """
 
     def __init__(
@@ -175,8 +210,12 @@ class LoGRA(Optimizer):
         seed: int = 0,
         cache_projections: bool = False,
         reconstruction: str = "gain",
-        kl_estimator: str = "diag",
+        kl_estimator: str = "calibrated",
         kl_calibration: float = 1.0,
+        kl_probe_every: int = 1,
+        kl_probe_stride: int = 4,
+        kl_calibration_window: int = 8,
+        kl_drift_budget: float | None = None,
         rtol: float = 0.05,
         oversample: int = 0,
         refresh_every: int | None = None,
@@ -200,6 +239,15 @@ class LoGRA(Optimizer):
             raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
         if not kl_calibration > 0:
             raise ValueError(f"kl_calibration must be > 0, got {kl_calibration}")
+        if isinstance(kl_probe_every, bool) or not isinstance(kl_probe_every, int) \
+                or kl_probe_every < 1:
+            raise ValueError(f"kl_probe_every must be an int ≥ 1, got {kl_probe_every!r}")
+        if isinstance(kl_probe_stride, bool) or not isinstance(kl_probe_stride, int) \
+                or kl_probe_stride < 1:
+            raise ValueError(f"kl_probe_stride must be an int ≥ 1, got {kl_probe_stride!r}")
+        if kl_drift_budget is not None and not kl_drift_budget > 0:
+            raise ValueError(f"kl_drift_budget must be > 0 or None, got {kl_drift_budget}")
+        kl_fit = KLCalibration(kl_calibration_window)  # validates the window
         if refresh_every is not None and (not isinstance(refresh_every, int) or refresh_every < 1):
             raise ValueError(f"refresh_every must be a positive int or None, got {refresh_every}")
         if not isinstance(seed, int):
@@ -212,6 +260,13 @@ class LoGRA(Optimizer):
         self.predicted_kl_threshold = predicted_kl_threshold
         self.kl_estimator = kl_estimator
         self.kl_calibration = float(kl_calibration)
+        self.kl_probe_every = kl_probe_every
+        self.kl_probe_stride = kl_probe_stride
+        self.kl_fit = kl_fit
+        self.kl_drift_budget = kl_drift_budget
+        self._reference_kl: float | None = None  # KL(π_θ ‖ π_ref), reported by the trainer
+        self._kl_steps = 0  # steps taken (not skipped): the probe schedule
+        self._warned_uncalibrated = False
         self.cache_projections = cache_projections
         self.refresh_every = refresh_every
         self.process_group = process_group
@@ -242,11 +297,13 @@ class LoGRA(Optimizer):
         self,
         model: nn.Module,
         token_mask_fn: Callable[[tuple, dict], Tensor | None] | None = None,
+        inputs_fn: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
     ) -> None:
-        """Let `kl_estimator="jvp"` replay the last batch `model` saw (a forward pre-hook)."""
+        """Let the JVP probe replay the last batch `model` saw in a gradient pass (a forward
+        pre-hook; `token_mask_fn` and `inputs_fn` as for `logra.optim.kl.BatchRecorder`)."""
         self.detach()
         self._kl_model = model
-        self._recorder = BatchRecorder(model, token_mask_fn)
+        self._recorder = BatchRecorder(model, token_mask_fn, inputs_fn)
 
     def detach(self) -> None:
         """Remove the hook installed by `attach`."""
@@ -260,6 +317,75 @@ class LoGRA(Optimizer):
         """Give the JVP estimator the batch to predict the KL on: `model(*args, **kwargs)`."""
         self._kl_model = model
         self._kl_batch = (args, kwargs, token_mask)
+
+    def observe_reference_kl(self, kl: float) -> None:
+        """Report the current KL(π_θ ‖ π_ref) in nats per token, as the trainer measured it
+        before the coming step, for the drift budget (`kl_drift_budget`)."""
+        kl = float(kl)
+        if not kl >= 0:  # NaN or negative: a caller's bug, not a drift
+            raise ValueError(f"observe_reference_kl needs a KL ≥ 0, got {kl}")
+        self._reference_kl = kl
+
+    def step_threshold(self) -> float | None:
+        """The KL budget of the coming step, in nats per token (None: no control).
+
+        δ = `predicted_kl_threshold`; with a `kl_drift_budget` B and the last KL to the
+        reference K reported by `observe_reference_kl`, the step gets at most
+        (√B − √K)² (0 once K ≥ B). In the Fisher metric a step of KL k moves the policy by about
+        √(2k) and the reference sits √(2K) away, so after any step within this budget the KL to
+        the reference is at most ½(√(2K) + √(2k))² ≤ B, to second order.
+        """
+        delta = self.predicted_kl_threshold
+        if self.kl_drift_budget is None or self._reference_kl is None:
+            return delta
+        room = (math.sqrt(self.kl_drift_budget)
+                - math.sqrt(min(self._reference_kl, self.kl_drift_budget))) ** 2
+        return room if delta is None else min(delta, room)
+
+    def observe_kl(self, kl: float) -> bool:
+        """Report the KL in nats per token that the last step caused, as a trainer measured it
+        (e.g. KL(π_before ‖ π_after) on the step's batch), to calibrate the diagonal estimate.
+
+        The pair (γ²·d, kl) of the step's applied diagonal estimate and the measured KL joins the
+        running fit of `kl_fit`, which `kl_estimator="calibrated"` scales its estimate by; this
+        needs no model (`attach`) and no probe. Returns whether the pair was used (it is not
+        after a skipped step, with the control off, or for a non-positive KL).
+        """
+        last = self.last_step
+        if not last or last["skipped"] or not math.isfinite(last.get("diag_kl", math.nan)):
+            return False
+        return self.kl_fit.observe(last["gamma"] ** 2 * last["diag_kl"], float(kl))
+
+    def _probe_due(self, mesh_group: dist.ProcessGroup | None) -> bool:
+        """Whether this step predicts its KL by the exact JVP: every step for "jvp"; for
+        "calibrated", when a batch is at hand (and no FSDP2 sharding), on the first step and
+        every `kl_probe_every` steps after it (until calibrated, on every step)."""
+        if self.kl_estimator == "jvp":
+            if mesh_group is not None:
+                raise NotImplementedError(
+                    "kl_estimator='jvp' does not support FSDP2-sharded (DTensor) parameters; use "
+                    "kl_estimator='calibrated' with observe_kl(...) under FSDP2"
+                )
+            return True
+        if self.kl_estimator != "calibrated" or mesh_group is not None:
+            return False
+        has_batch = self._kl_batch is not None or (
+            self._recorder is not None and self._recorder.has_batch)
+        return has_batch and (not self.kl_fit.calibrated
+                              or self._kl_steps % self.kl_probe_every == 0)
+
+    def _warn_uncalibrated(self) -> None:
+        if self._warned_uncalibrated:
+            return
+        self._warned_uncalibrated = True
+        warnings.warn(
+            f"LoGRA: predicted_kl_threshold={self.predicted_kl_threshold} asks for a step bound "
+            "in nats, but there is no batch to probe the KL on and nothing to calibrate the "
+            "diagonal estimate from, so the control does not act. Call optimizer.attach(model) "
+            "(the JVP probe replays the model's last batch), or optimizer.set_kl_batch(model, "
+            "...), or report each step's measured KL with optimizer.observe_kl(kl).",
+            UserWarning, stacklevel=5,  # the caller of step() (no_grad, profile hook between)
+        )
 
     # ------------------------------------------------------------------ the step
 
@@ -279,14 +405,10 @@ class LoGRA(Optimizer):
 
         slots = self._slots_with_grad()
         mesh_group = _mesh_group(slots)
-        control = self.predicted_kl_threshold is not None
-        jvp = control and self.kl_estimator == "jvp"
-        if jvp and mesh_group is not None:
-            raise NotImplementedError(
-                "kl_estimator='jvp' does not support FSDP2-sharded (DTensor) parameters; use "
-                "kl_estimator='diag' (with kl_calibration) under FSDP2"
-            )
-        kl_inputs = self._kl_inputs(slots) if jvp else None  # fails before any state changes
+        threshold = self.step_threshold()
+        control = threshold is not None
+        probe = control and self._probe_due(mesh_group)
+        kl_inputs = self._kl_inputs(slots) if probe else None  # fails before any state changes
 
         units = self._units(slots)
         sketches = [self._sketch_unit(unit) for unit in units]
@@ -295,33 +417,45 @@ class LoGRA(Optimizer):
                        mesh_group):
             self.skipped_steps += 1
             self.last_step = dict(predicted_kl=math.nan, applied_kl=math.nan, gamma=0.0,
-                                  clipped=False, skipped=True, skipped_steps=self.skipped_steps)
+                                  clipped=False, skipped=True, skipped_steps=self.skipped_steps,
+                                  diag_kl=math.nan, kl_probed=False,
+                                  kl_scale=self.kl_fit.scale)
             return loss
 
         updates = [self._update_unit(unit, sketch)
                    for unit, sketch in zip(units, sketches, strict=True)]
 
-        predicted = math.nan
-        if jvp:
+        estimate = predicted = math.nan  # the diagonal estimate; the prediction in nats
+        if control and self.kl_estimator != "jvp":
+            estimate = 0.5 * _predicted_fisher(units, updates, mesh_group)
+        if probe:
             for update in updates:
                 update.store_delta()
             predicted = float(self._jvp_kl(slots, *kl_inputs))
+            if self.kl_estimator == "calibrated":
+                self.kl_fit.observe(estimate, predicted)
+        elif self.kl_estimator == "diag":
+            predicted = self.kl_calibration * estimate
         elif control:
-            fisher = _predicted_fisher(units, updates, mesh_group)
-            predicted = 0.5 * self.kl_calibration * fisher
-        gamma = 1.0
-        if control and predicted > self.predicted_kl_threshold:
-            gamma = math.sqrt(self.predicted_kl_threshold / predicted)
+            predicted = self.kl_fit.scale * estimate  # NaN until the first observation
+            if not self.kl_fit.calibrated:
+                self._warn_uncalibrated()
 
-        skipped = control and not math.isfinite(predicted)
+        skipped = control and not all(math.isfinite(x) for x in (
+            [predicted] if probe else []) + ([estimate] if self.kl_estimator != "jvp" else []))
+        gamma = 1.0
+        if control and not skipped and predicted > threshold:
+            gamma = math.sqrt(threshold / predicted)
         if skipped:  # Δ overflowed although the gradients were finite: keep the weights
             self.skipped_steps += 1
-        elif jvp:
+        elif probe:
             for slot in slots:
                 slot.weight.add_(slot.grad, alpha=gamma)
         else:
             for update in updates:
                 update.apply(gamma)
+        if not skipped:
+            self._kl_steps += 1
         if not self.cache_projections:
             self._projection_cache.clear()
         self.last_step = dict(
@@ -331,6 +465,10 @@ class LoGRA(Optimizer):
             clipped=gamma < 1.0,
             skipped=skipped,
             skipped_steps=self.skipped_steps,
+            diag_kl=estimate,
+            kl_probed=probe,
+            kl_scale=self.kl_fit.scale,
+            threshold=math.nan if threshold is None else threshold,
         )
         return loss
 
@@ -625,16 +763,18 @@ class LoGRA(Optimizer):
             inputs = (self._kl_model, *self._kl_batch)
         elif self._recorder is not None and self._recorder.has_batch:
             recorder = self._recorder
-            inputs = (self._kl_model, recorder.args, recorder.kwargs, recorder.token_mask())
+            inputs = (self._kl_model, *recorder.replay(), recorder.token_mask())
         else:
             raise RuntimeError(
-                "kl_estimator='jvp' needs a batch: call optimizer.attach(model) and run a "
-                "forward pass, or optimizer.set_kl_batch(model, ...) before step()"
+                f"kl_estimator={self.kl_estimator!r} needs a batch: call optimizer.attach(model) "
+                "and run a forward pass, or optimizer.set_kl_batch(model, ...) before step()"
             )
         in_model = {id(p) for p in inputs[0].parameters()}
         missing = [s.name for s in slots if id(s.param) not in in_model]
         if missing:
             raise RuntimeError(f"parameters the KL model does not have: {missing[:5]}")
+        if self.kl_estimator == "calibrated":  # every kl_probe_stride-th sequence, rotating
+            inputs = (inputs[0], *batch_rows(*inputs[1:], self.kl_probe_stride, self._kl_steps))
         return inputs
 
     def _jvp_kl(
@@ -643,25 +783,34 @@ class LoGRA(Optimizer):
     ) -> Tensor:
         """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits, Δ read from the grad buffers.
 
-        With a `process_group` each rank predicts on its own batch and the token mean runs over
-        every rank's tokens: Σ_ranks (mean · tokens) / Σ_ranks tokens, one all-reduce.
+        Each rank predicts on its own batch and the token mean runs over every rank's tokens of
+        the data-parallel group: Σ_ranks (mean · tokens) / Σ_ranks tokens, one all-reduce, so γ
+        (and the calibration) is the same on every rank. The group is `process_group`, or the
+        default group when torch.distributed runs more than one rank.
         """
         names = {id(p): name for name, p in model.named_parameters()}
         delta = {names[id(s.param)]: s.param.grad for s in slots}
-        if self.process_group is None:
+        group = self.process_group
+        if group is None and dist.is_available() and dist.is_initialized() \
+                and dist.get_world_size() > 1:
+            group = dist.group.WORLD
+        if group is None:
             return predicted_kl_jvp(model, delta, args, kwargs, token_mask)
         logits, tangent = logits_jvp(model, delta, args, kwargs)
         count = token_count(logits, token_mask)
         terms = torch.stack([fisher_quadratic(logits, tangent, token_mask) * count, count])
-        total, tokens = all_reduce_sum(terms, self.process_group)
+        total, tokens = all_reduce_sum(terms, group)
         return total / tokens.clamp_min(1.0)
 
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """AdamW's layout plus the skipped-step count; tensors and ints only, never P or Q."""
+        """AdamW's layout plus the skipped-step count and the KL calibration (its window of
+        log-ratios and the probe schedule's step count); tensors and ints only, never P or Q."""
         state = super().state_dict()
         state["skipped_steps"] = self.skipped_steps
+        state["kl_log_ratios"] = self.kl_fit.state_dict()
+        state["kl_steps"] = self._kl_steps
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -673,6 +822,8 @@ class LoGRA(Optimizer):
         """
         state_dict = dict(state_dict)
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
+        self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
+        self._kl_steps = int(state_dict.pop("kl_steps", 0))
         self._projection_cache.clear()
         super().load_state_dict(state_dict)
         saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
