@@ -237,7 +237,8 @@ def test_real_scale_is_one_override_away_and_goes_through_load_policy(tmp_path, 
     (["steps=-5"], "smoke", r"steps must be an integer >= 1, got -5"),
     (["model=proxy-2m"], "smoke", r"model 'proxy-2m' is not a scale \(\['smoke', 'proxy-1m'"),
     (["task=gsm9k"], "smoke", r"task must be one of \['gsm-synth', 'math-synth', 'gsm8k'"),
-    (["kl_estimator=exact"], "smoke", r"kl_estimator must be one of \['diag', 'jvp'\]"),
+    (["kl_estimator=exact"], "smoke",
+     r"kl_estimator must be one of \['calibrated', 'diag', 'jvp'\]"),
     (["group_size=1"], "smoke", r"group_size must be >= 2"),
     (["predicted_kl_threshold=-1"], "smoke", r"predicted_kl_threshold must be a number > 0"),
     (["lr=fast"], "smoke", r"lr must be float"),
@@ -271,3 +272,14 @@ def test_run_directory_ignores_steps_but_not_results() -> None:
     assert cfg.run_dir(config) == cfg.run_dir({**config, "steps": 99, "checkpoint_every": 7})
     assert cfg.run_dir(config) != cfg.run_dir({**config, "lr": 0.5})
     assert cfg.run_dir({**config, "run_name": "mine"}).name == "mine"
+
+
+def test_adaptive_kl_controller_follows_ziegler_et_al() -> None:
+    from logra.rl.grpo import AdaptiveKLController
+
+    controller = AdaptiveKLController(beta=0.1, target=0.01, horizon=1000)
+    # KL twice the target: the error is clipped at +0.2; β ← β·(1 + 0.2·64/1000)
+    assert controller.update(0.02, 64) == pytest.approx(0.1 * (1 + 0.2 * 0.064))
+    beta = controller.beta
+    # KL at 95 % of the target: error −0.05
+    assert controller.update(0.0095, 100) == pytest.approx(beta * (1 - 0.05 * 0.1))

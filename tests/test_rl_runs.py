@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 
 import datasets
 import pandas as pd
@@ -168,3 +169,65 @@ def test_several_updates_per_batch_engage_the_clip(smoke_dirs, tmp_path) -> None
     train = runner.run_grpo(config, progress=False).iloc[1:]
     assert (train["clip_fraction"] > 0).all()  # the 2nd and 3rd updates move the ratio off 1
     assert (train["step_kl"] > 0).all()
+
+
+def test_runs_from_the_same_policy_share_the_evaluation_before_training(
+    smoke_dirs, tmp_path, monkeypatch
+) -> None:
+    """The greedy evaluation at step 0 runs once per (weights, evaluation settings); a LoRA run
+    and a different evaluation setting evaluate again."""
+    calls = []
+    evaluate = runner.Trainer.evaluate
+
+    def counted(self):
+        calls.append(self.config["optimizer"])
+        return evaluate(self)
+
+    monkeypatch.setattr(runner.Trainer, "evaluate", counted)
+    common = dict(steps=1, eval_every=1)
+    first = runner.run_grpo(smoke_config(smoke_dirs, tmp_path, optimizer="adamw", **common),
+                            progress=False)
+    second = runner.run_grpo(smoke_config(smoke_dirs, tmp_path, optimizer="naive", **common),
+                             progress=False)
+    assert calls == ["adamw", "adamw", "naive"]  # step 0 once; step 1 for each run
+    pd.testing.assert_series_equal(first.iloc[0], second.iloc[0], check_names=False)
+    runner.run_grpo(smoke_config(smoke_dirs, tmp_path, optimizer="lora", **common),
+                    progress=False)
+    runner.run_grpo(smoke_config(smoke_dirs, tmp_path, optimizer="naive", eval_prompts=4,
+                                 **common), progress=False)
+    assert calls[3:] == ["lora", "lora", "naive", "naive"]
+    assert len(list((tmp_path / runner.EVALUATIONS_DIR).glob("*.json"))) == 2
+
+
+def test_drift_budget_and_adaptive_beta_steer_the_run_and_resume(
+    smoke_dirs, tmp_path, monkeypatch
+) -> None:
+    """A drift budget caps every step's KL budget at (√B − √KL_ref)²; Ziegler's adaptive β
+    moves β from step to step and is restored from the checkpoint."""
+    budget = 1e-6
+    config = smoke_config(smoke_dirs, tmp_path, optimizer="logra", kl_drift_budget=budget,
+                          beta=0.1, kl_target=1e-4, kl_horizon=10, run_name="steered")
+    records = runner.run_grpo(config, progress=False)
+    train = records.iloc[1:]
+    room = (math.sqrt(budget) - train["kl"].clip(upper=budget).pow(0.5)) ** 2
+    assert (train["threshold"] <= room + 1e-15).all()
+    assert (train["applied_kl"] <= train["threshold"] * (1 + 1e-6) + 1e-15).all()
+    assert train["beta"].iloc[0] == 0.1 and train["beta"].nunique() == len(train)
+
+    step = runner.Trainer.step
+
+    def crash_at_3(self, t):
+        if t == 3:
+            raise KeyboardInterrupt
+        return step(self, t)
+
+    interrupted = {**config, "run_name": "steered-interrupted"}
+    monkeypatch.setattr(runner.Trainer, "step", crash_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_grpo(interrupted, progress=False)
+    monkeypatch.setattr(runner.Trainer, "step", step)
+    assert_same_records(runner.run_grpo(interrupted, progress=False), records)
+    with pytest.raises(ConfigError, match="kl_drift_budget"):
+        smoke_config(smoke_dirs, tmp_path, optimizer="adamw", kl_drift_budget=0.1)
+    with pytest.raises(ConfigError, match="kl_target"):
+        smoke_config(smoke_dirs, tmp_path, kl_target=0.1)

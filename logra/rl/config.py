@@ -37,7 +37,7 @@ NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir"
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
                  "eval_every", "eval_prompts", "eval_batch_size", "checkpoint_every", "rank",
-                 "lora_rank", "threads")
+                 "lora_rank", "threads", "kl_horizon")
 NONNEGATIVE = ("lr", "weight_decay", "beta")
 POSITIVE = ("clip_eps", "lora_alpha")
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -109,10 +109,17 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         check_optimizer(config["optimizer"])
     except ImportError as err:
         raise ConfigError(f"optimizer: {err}") from err
-    threshold = config["predicted_kl_threshold"]
-    if threshold is not None and (isinstance(threshold, bool)
-                                  or not isinstance(threshold, int | float) or threshold <= 0):
-        raise ConfigError(f"predicted_kl_threshold must be a number > 0 or null, got {threshold!r}")
+    for key in ("predicted_kl_threshold", "kl_drift_budget", "kl_target"):
+        value = config[key]
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, int | float) or value <= 0):
+            raise ConfigError(f"{key} must be a number > 0 or null, got {value!r}")
+    if config["kl_drift_budget"] is not None and config["optimizer"] not in ("logra", "adamw-kl"):
+        raise ConfigError("kl_drift_budget needs the KL control of optimizer logra or adamw-kl, "
+                          f"not {config['optimizer']!r}")
+    if config["kl_target"] is not None and not config["beta"] > 0:
+        raise ConfigError("kl_target (adaptive β) needs a starting beta > 0, got "
+                          f"beta={config['beta']!r}")
     targets = config["lora_targets"]
     if not targets or not all(isinstance(t, str) for t in targets):
         raise ConfigError(f"lora_targets must be a non-empty list of module names, got {targets!r}")

@@ -69,8 +69,8 @@ def wrap_policy(name: str, model: nn.Module, config: dict[str, Any]) -> nn.Modul
 def build_optimizer(name: str, model: nn.Module, config: dict[str, Any]) -> Optimizer:
     """The optimizer `name` over the trainable parameters of `model` (after `wrap_policy`).
 
-    Reads lr, weight_decay, seed, rank, reconstruction, kl_estimator, predicted_kl_threshold
-    from `config`.
+    Reads lr, weight_decay, seed, rank, reconstruction, kl_estimator, predicted_kl_threshold,
+    kl_drift_budget from `config`.
     """
     check_optimizer(name)
     lr, weight_decay = config["lr"], config["weight_decay"]
@@ -83,7 +83,8 @@ def build_optimizer(name: str, model: nn.Module, config: dict[str, Any]) -> Opti
             named, lr=lr, weight_decay=weight_decay, rank=config["rank"],
             predicted_kl_threshold=config["predicted_kl_threshold"],
             reconstruction=config["reconstruction"], kl_estimator=config["kl_estimator"],
-            seed=config["seed"], sketch=name == "logra",
+            kl_drift_budget=config["kl_drift_budget"], seed=config["seed"],
+            sketch=name == "logra",
         )
     if name == "naive":
         return RandomProjectionAdam(params, lr=lr, weight_decay=weight_decay, rank=config["rank"],

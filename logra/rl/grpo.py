@@ -108,3 +108,23 @@ def grpo_loss(
         kl_k3=kl_k3,
         clip_fraction=clip_fraction,
     )
+
+
+@dataclass
+class AdaptiveKLController:
+    """Ziegler et al.'s adaptive penalty (2019, §2.2; the `AdaptiveKLController` of TRL's PPO and
+    of verl): after each batch of `n` samples with measured KL(π_θ ‖ π_ref) = K,
+
+        β ← β · (1 + clip(K / target − 1, −0.2, 0.2) · n / horizon)
+
+    so β grows while the KL is above `target` and shrinks while it is below.
+    """
+
+    beta: float
+    target: float
+    horizon: int
+
+    def update(self, kl: float, n: int) -> float:
+        error = min(max(kl / self.target - 1.0, -0.2), 0.2)
+        self.beta *= 1.0 + error * n / self.horizon
+        return self.beta

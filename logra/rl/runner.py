@@ -5,7 +5,7 @@ One step t = 1 … steps:
   2. sample G completions of each with the current policy π_θ (`rollout.sample`) and grade them;
   3. score the completions under π_θ (with gradients) and the frozen reference π_ref;
   4. `updates_per_batch` times: the GRPO loss (`grpo.grpo_loss`), backward, gradient norm,
-     and the optimizer's step (LoGRA with `kl_estimator="jvp"` first gets the batch);
+     and the optimizer's step (LoGRA's KL probe first gets the batch: `set_kl_batch`);
   5. measure the KL between the policy before and after the update on the same tokens;
   6. every `eval_every` steps: greedy accuracy on the first `eval_prompts` test prompts (a
      generated task's test split extends past its 500 with more held-out problems).
@@ -24,8 +24,13 @@ Records (one row per step; row 0 holds the evaluation before training):
     step_kl          exact mean per-token KL(π_before ‖ π_after) of this step's update
     loss, surrogate, clip_fraction   from `grpo_loss` (means over the step's updates)
     grad_norm        L2 norm of the gradient of every trainable parameter, before the update
-    predicted_kl, applied_kl, gamma, clipped, skipped, skipped_steps
-                     the optimizer's `last_step` (LoGRA only; NaN otherwise)
+    predicted_kl, applied_kl, gamma, clipped, skipped, skipped_steps, diag_kl, kl_probed,
+    kl_scale, threshold
+                     the optimizer's `last_step` (LoGRA only; NaN otherwise): the KL̂ the
+                     control used (nats/token), γ²·KL̂, γ, ..., the raw diagonal estimate, whether
+                     an exact JVP probe made the prediction, the calibration factor after it, and
+                     the step's KL budget (δ, or less under a drift budget)
+    beta             the weight of the k3 penalty in this step's loss (fixed, or adaptive)
     state_bytes      bytes of tensors in the optimizer's state (`factory.state_bytes`)
     tokens           non-padding tokens of prompt + completion in the batch
     seconds          wall time of the step (evaluation excluded)
@@ -72,15 +77,16 @@ from logra.optim.kl import categorical_kl
 from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
 from logra.rl.factory import build_optimizer, state_bytes, wrap_policy
-from logra.rl.grpo import group_advantages, grpo_loss
+from logra.rl.grpo import AdaptiveKLController, group_advantages, grpo_loss
 from logra.rl.rollout import Rollout, completion_logits, sample, token_logprobs
 
 REPO = Path(__file__).resolve().parents[2]
 COLUMNS = (
     "step", "reward", "reward_std", "train_accuracy", "zero_std_groups", "completion_tokens",
     "kl", "kl_k3", "step_kl", "loss", "surrogate", "clip_fraction", "grad_norm", "predicted_kl",
-    "applied_kl", "gamma", "clipped", "skipped", "skipped_steps", "state_bytes", "tokens",
-    "seconds", "eval_accuracy", "eval_seconds",
+    "applied_kl", "gamma", "clipped", "skipped", "skipped_steps", "diag_kl", "kl_probed",
+    "kl_scale", "threshold", "beta", "state_bytes", "tokens", "seconds", "eval_accuracy",
+    "eval_seconds",
 )
 TIMING_COLUMNS = ("seconds", "eval_seconds")
 RECORDS_FILE, MANIFEST_FILE, CHECKPOINT_FILE = "records.csv", "manifest.json", "checkpoint/state.pt"
@@ -124,6 +130,9 @@ class Trainer:
         if isinstance(self.optimizer, LoGRA):  # the JVP's KL prediction: over every rank's batch
             self.optimizer.process_group = self.dp.group
         self.trained = self.dp.wrap(self.policy)  # the gradient forward (DDP under N ranks)
+        self.kl_controller = (AdaptiveKLController(config["beta"], config["kl_target"],
+                                                   config["kl_horizon"])
+                              if config["kl_target"] is not None else None)
         self.trainable = {n: p for n, p in self.policy.named_parameters() if p.requires_grad}
         with self.dp.main_first():  # one rank generates and caches the data
             self.train_prompts = self._prompts("train")
@@ -196,8 +205,12 @@ class Trainer:
                 old_logits = logits.detach()
                 old_logprobs = logprobs.detach()
                 kl = float(categorical_kl(old_logits, ref_logits, mask))
+                if isinstance(self.optimizer, LoGRA) and self.optimizer.kl_drift_budget:
+                    # the drift budget needs KL(π_θ ‖ π_ref) of the global batch before the step
+                    self.optimizer.observe_reference_kl(
+                        self.dp.token_mean(dict(kl=kl), n_local)["kl"])
             terms = grpo_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask,
-                              c["clip_eps"], c["beta"])
+                              c["clip_eps"], self.beta)
             loss = terms.loss * share if self.dp.world > 1 else terms.loss
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -218,11 +231,20 @@ class Trainer:
         kl, step_kl = kls["kl"], kls["step_kl"]
         merged: dict[str, Any] = {key: sum(log[key] for log in logs) / len(logs)
                                   for key in logs[0]}
+        merged.update(beta=self.beta)
+        if self.kl_controller is not None:  # the penalty of the next step
+            self.kl_controller.update(kl, c["prompts_per_step"] * c["group_size"])
         merged.update(kl=kl, kl_k3=logs[0]["kl_k3"], step_kl=step_kl,
                       clipped=any(log["clipped"] for log in logs),
                       skipped=any(log["skipped"] for log in logs),
-                      skipped_steps=logs[-1]["skipped_steps"])
+                      skipped_steps=logs[-1]["skipped_steps"],
+                      kl_probed=any(log["kl_probed"] for log in logs))
         return merged
+
+    @property
+    def beta(self) -> float:
+        """The weight of the k3 penalty this step: `beta`, or the adaptive controller's."""
+        return self.kl_controller.beta if self.kl_controller else self.config["beta"]
 
     def _grad_norm(self) -> float:
         grads = [p.grad.float().norm() for p in self.trainable.values() if p.grad is not None]
@@ -230,7 +252,7 @@ class Trainer:
 
     def _optimizer_step(self, rollout: Rollout) -> None:
         optimizer = self.optimizer
-        if (isinstance(optimizer, LoGRA) and optimizer.kl_estimator == "jvp"
+        if (isinstance(optimizer, LoGRA) and optimizer.kl_estimator in ("jvp", "calibrated")
                 and optimizer.predicted_kl_threshold is not None):
             optimizer.set_kl_batch(self.policy, **rollout.model_inputs(),
                                    token_mask=rollout.logits_mask())
@@ -258,7 +280,7 @@ class Trainer:
         state = dict(
             step=step, records=records, config=self.config,
             policy={name: p.detach() for name, p in self.trainable.items()},
-            optimizer=self.optimizer.state_dict(),
+            optimizer=self.optimizer.state_dict(), beta=self.beta,
             rng=dict(torch=torch.get_rng_state(), python=random.getstate(),
                      cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None),
         )
@@ -277,6 +299,8 @@ class Trainer:
             for name, value in state["policy"].items():
                 self.trainable[name].copy_(value)
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.kl_controller is not None:
+            self.kl_controller.beta = state["beta"]
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         if state["rng"]["cuda"] is not None and torch.cuda.is_available():
@@ -300,6 +324,10 @@ def optimizer_report(optimizer: Optimizer) -> dict[str, Any]:
         clipped=bool(last.get("clipped", False)),
         skipped=bool(last.get("skipped", False)),
         skipped_steps=int(last.get("skipped_steps", 0)),
+        diag_kl=float(last.get("diag_kl", math.nan)),
+        kl_probed=bool(last.get("kl_probed", False)),
+        kl_scale=float(last.get("kl_scale", math.nan)),
+        threshold=float(last.get("threshold", math.nan)),
     )
 
 
@@ -337,7 +365,7 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     if main:
         io.write_json(manifest_path, manifest)
     if not records:
-        records.append(dict(step=0, **trainer.evaluate()))
+        records.append(dict(step=0, **initial_evaluation(trainer)))
     steps = config["steps"]
     bar = tqdm(total=steps, initial=min(done, steps), disable=not (progress and main),
                desc=directory.name, unit="step")
@@ -359,6 +387,39 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     if main:
         io.write_json(manifest_path, manifest)
     return frame([r for r in records if r["step"] <= steps])
+
+
+EVALUATIONS_DIR = "evaluations"
+EVALUATION_KEYS = ("task", "eval_prompts", "max_new_tokens", "eval_batch_size",
+                   "use_chat_template", "dtype")
+
+
+def initial_evaluation(trainer: Trainer) -> dict[str, float]:
+    """`trainer.evaluate()` of the policy before training, shared by every run that starts from
+    the same weights and evaluates the same way.
+
+    Greedy decoding of the same weights on the same prompts is deterministic, so the result is
+    cached in <results_dir>/evaluations/ under a hash of the weight files and the evaluation keys
+    (`EVALUATION_KEYS`, the device and the number of ranks). Only for policies loaded from a
+    local directory and trained as they are: a LoRA-wrapped policy or a hub id is evaluated.
+    """
+    config = trainer.config
+    source = Path(trainer.source)
+    if config["optimizer"] == "lora" or not source.is_dir():
+        return trainer.evaluate()
+    digest = hashlib.sha256()
+    for weights in sorted(source.glob("*.safetensors")):
+        digest.update(weights.read_bytes())
+    settings = {k: config[k] for k in EVALUATION_KEYS}
+    settings.update(device=str(trainer.device), ranks=trainer.dp.world)
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    path = Path(config["results_dir"]) / EVALUATIONS_DIR / f"{digest.hexdigest()[:16]}.json"
+    if path.exists():
+        return json.loads(path.read_text())["evaluation"]
+    evaluation = trainer.evaluate()
+    if trainer.dp.is_main:
+        io.write_json(path, dict(settings=settings, source=str(source), evaluation=evaluation))
+    return evaluation
 
 
 def _write(directory: Path, manifest: dict[str, Any], records: list[dict], step: int) -> None:
