@@ -10,8 +10,10 @@
 
 The reward is 1 for a correct final answer (`logra.data.grading.reward`, the harness's grader).
 Every logged step prints LoGRA's `logra/predicted_kl` and `logra/gamma` beside TRL's reward.
-The KL prediction is the diagonal one (TRL's loss forward hands back log-probabilities, not the
-logits the JVP estimator needs); `--kl-calibration` scales it (see the KL-trajectory notebook).
+The KL prediction is LoGRA's default (`kl_estimator="calibrated"`): the diagonal estimate in nats
+per token, refitted by a JVP probe that replays TRL's loss batch every `--kl-probe-every` steps
+(`logra.integrations.trl`). Under FSDP2 the probe is unavailable: the control then warns once
+and does not act unless a measured KL is reported with `optimizer.observe_kl`.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--embedding-rank", type=int, default=None,
                         help="sketch rank of the embedding and head (default: --rank)")
     parser.add_argument("--kl-threshold", type=float, default=0.02)
-    parser.add_argument("--kl-calibration", type=float, default=1.0)
+    parser.add_argument("--kl-probe-every", type=int, default=10)
     parser.add_argument("--completions-per-device", type=int, default=16,
                         help="completions each process scores per step (TRL's "
                              "per_device_train_batch_size); prompts per step = this × "
@@ -85,8 +87,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         gradient_checkpointing=args.gradient_checkpointing, use_cpu=not torch.cuda.is_available(),
     )
     embedding_rank = args.rank if args.embedding_rank is None else args.embedding_rank
-    logra = dict(predicted_kl_threshold=args.kl_threshold, kl_estimator="diag",
-                 kl_calibration=args.kl_calibration)
+    logra = dict(predicted_kl_threshold=args.kl_threshold, kl_probe_every=args.kl_probe_every)
     common = dict(reward_funcs=correct, args=config, train_dataset=prompts,
                   processing_class=tokenizer)
     if args.ready_made:

@@ -21,7 +21,8 @@ from logra.integrations.trl import LoGRAGRPOTrainer, LoGRAMetrics, unwrap  # noq
 from logra.models.tokenizer import char_tokenizer  # noqa: E402
 
 STEPS = 3
-METRICS = ("logra/predicted_kl", "logra/gamma", "logra/clipped", "logra/skipped_steps")
+METRICS = ("logra/predicted_kl", "logra/gamma", "logra/clipped", "logra/kl_probed",
+           "logra/kl_scale", "logra/skipped_steps")
 
 
 def proxy_policy(tokenizer) -> Qwen2ForCausalLM:
@@ -52,8 +53,8 @@ def grpo_setup(tmp_path: Path):
     return proxy_policy(tokenizer), tokenizer, prompts, config
 
 
-# δ small enough that the first steps clip
-LOGRA = dict(rank=4, kl_estimator="diag", predicted_kl_threshold=1e-5)
+# the default KL estimate (calibrated by JVP probes of TRL's batch), δ small enough to clip
+LOGRA = dict(rank=4, predicted_kl_threshold=1e-5, kl_probe_every=2)
 
 
 def logged(trainer) -> list[dict]:
@@ -67,6 +68,9 @@ def check_training(trainer, before: dict[str, torch.Tensor]) -> None:
         assert all(key in row for key in METRICS)
         assert math.isfinite(row["logra/predicted_kl"]) and 0 < row["logra/gamma"] <= 1
     assert any(row["logra/gamma"] < 1 for row in rows)  # the KL control acted
+    # the probe replayed TRL's batch on steps 1 and 3, and calibrated the diagonal estimate
+    assert [row["logra/kl_probed"] for row in rows] == [1.0, 0.0, 1.0]
+    assert all(math.isfinite(row["logra/kl_scale"]) and row["logra/kl_scale"] > 0 for row in rows)
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
 

@@ -18,17 +18,29 @@ hold `embedding_rank`: the sketch rank of the input embedding and output head (D
 typically want r ≥ 64), in a param group of their own.
 
 Metrics, averaged over each logging window like TRL's own (`trainer.state.log_history`):
-`logra/predicted_kl` (KL̂ of the unscaled step), `logra/gamma`, `logra/clipped` (share of steps
-with γ < 1), `logra/skipped_steps` (cumulative). Use `kl_estimator="diag"` (with a
-`kl_calibration`): TRL's loss forward returns log-probabilities of the sampled tokens
-(`fused_lm_head=True`), not the logits the JVP estimator replays the batch for. TRL's default
-`beta=0` loads no reference model, so TRL itself logs no KL to a reference then.
+`logra/predicted_kl` (KL̂ of the unscaled step, nats per token), `logra/gamma`, `logra/clipped`
+(share of steps with γ < 1), `logra/kl_probed` (share of steps an exact JVP probe predicted),
+`logra/kl_scale` (the calibration factor of the diagonal estimate), `logra/skipped_steps`
+(cumulative).
+
+The KL prediction means the same here as in `logra.rl`: at the start of training `LoGRAMetrics`
+attaches the optimizer to the model (`LoGRA.attach`), so the default `kl_estimator="calibrated"`
+(and "jvp") replays the last micro-batch of TRL's loss forward in a JVP probe. That forward asks
+for log-probabilities through TRL's fused LM head (`fused_lm_head=True`, `labels`); the probe
+drops those two keywords so the model returns its logits (`logits_inputs`), and counts the
+completion tokens only: the positions whose next-token label is not -100 (`completion_mask`).
+TRL samples at `temperature` and scores log-probabilities of logits / temperature; the probe
+predicts the KL of the plain logits, the same at TRL's default temperature 1. Under FSDP2 the
+probe is unavailable (sharded parameters): there report a measured KL with
+`optimizer.observe_kl`, or the control warns once and does not act. TRL's default `beta=0`
+loads no reference model, so TRL itself logs no KL to a reference then.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import TrainerCallback
 from trl import GRPOTrainer
@@ -43,22 +55,51 @@ def unwrap(optimizer: Any) -> Any:
     return optimizer
 
 
+TRL_LOSS_KEYWORDS = ("labels", "shift_labels", "fused_lm_head", "num_items_in_batch")
+
+
+def logits_inputs(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """TRL's recorded loss-forward inputs without the keywords that select its fused LM head,
+    so that the replayed forward returns logits."""
+    return args, {k: v for k, v in kwargs.items() if k not in TRL_LOSS_KEYWORDS}
+
+
+def completion_mask(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The logit positions that predict a completion token: position t where labels[t+1] is
+    not -100 (TRL masks prompt and padding with -100), shape (batch, sequence)."""
+    labels = kwargs.get("labels")
+    if not isinstance(labels, torch.Tensor):
+        mask = kwargs.get("attention_mask")
+        return mask.bool() if isinstance(mask, torch.Tensor) else None
+    mask = torch.zeros_like(labels, dtype=torch.bool)
+    mask[:, :-1] = labels[:, 1:] != -100
+    return mask
+
+
 class LoGRAMetrics(TrainerCallback):
-    """After every optimizer step, LoGRA's `last_step` into the GRPO trainer's metrics."""
+    """Attaches LoGRA to the model at the start of training (its KL probe replays TRL's loss
+    forward) and logs `last_step` into the GRPO trainer's metrics after every optimizer step."""
 
     def __init__(self, trainer: GRPOTrainer) -> None:
         self.trainer = trainer
 
-    def on_optimizer_step(self, args, state, control, **kwargs) -> None:
+    def _optimizer(self) -> LoGRA:
         optimizer = unwrap(self.trainer.optimizer)
         if not isinstance(optimizer, LoGRA):
             raise TypeError(f"LoGRAMetrics needs a LoGRA optimizer, got {type(optimizer).__name__}")
-        last = optimizer.last_step
+        return optimizer
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        optimizer = self._optimizer()
+        if optimizer.kl_estimator in ("calibrated", "jvp"):
+            optimizer.attach(self.trainer.model, token_mask_fn=completion_mask,
+                             inputs_fn=logits_inputs)
+
+    def on_optimizer_step(self, args, state, control, **kwargs) -> None:
+        last = self._optimizer().last_step
         metrics = self.trainer._metrics["train"]  # what GRPOTrainer.log averages and reports
-        metrics["logra/predicted_kl"].append(float(last["predicted_kl"]))
-        metrics["logra/gamma"].append(float(last["gamma"]))
-        metrics["logra/clipped"].append(float(last["clipped"]))
-        metrics["logra/skipped_steps"].append(float(last["skipped_steps"]))
+        for key in ("predicted_kl", "gamma", "clipped", "kl_probed", "kl_scale", "skipped_steps"):
+            metrics[f"logra/{key}"].append(float(last[key]))
 
 
 class LoGRAGRPOTrainer(GRPOTrainer):
