@@ -108,19 +108,29 @@ print(kt.summary(frame, cfg))
 # %% [markdown]
 # ## 2 · Calibration: predicted against measured KL of each step
 #
-# A separate LoGRA run (gain, the same seed's steps as "no control") computes the **diagonal**
-# estimate ½·Δᵀdiag(V̂)Δ of every step but never clips, and each step is also probed by the
-# **exact JVP** ½·ΔᵀFΔ at the pre-step weights; both are set against the KL(π_before ‖ π_after)
-# measured on the step's batch after the step. The third panel is the JVP prediction of the step
-# the controlled runs actually applied (γ²·KL̂). The fitted factor c (measured ≈ c·predicted,
-# geometric mean of the ratios) of the diagonal estimate is what
-# `LoGRA(kl_estimator="diag", kl_calibration=c)` needs before its δ means nats.
+# A separate LoGRA run (gain, the same seed's steps as "no control") predicts the KL of every
+# step with the **default calibrated estimate** but never clips: the free diagonal estimate
+# ½·Δᵀdiag(V̂)Δ times a factor refitted from an exact JVP probe on the first step and every
+# `kl_probe_every` steps (on probed steps the probe itself is the prediction). Each step is also
+# probed by the **exact JVP** ½·ΔᵀFΔ at the pre-step weights, and every prediction is set against
+# the KL(π_before ‖ π_after) measured on the step's batch after the step. δ means nats per token
+# per step only if the first panel's points lie on the diagonal; the second shows why the raw
+# diagonal estimate cannot be used alone.
 
 # %%
 show("kl_calibration")
 calibration = kt.calibration_table(frame)
 table(calibration, "kl_calibration")
-print(f"kl_calibration for the diagonal estimate: c = {kt.diagonal_calibration(frame):.3g}")
+print(f"raw diagonal estimate: measured/predicted c = {kt.diagonal_calibration(frame):.3g}")
+
+# %% [markdown]
+# The same run replayed offline for other probe intervals and windows of the calibration, and
+# for a trainer that reports each step's measured KL instead (`optimizer.observe_kl(kl)`): the
+# evidence for the defaults (a probe every 10 steps, a median over 8). "probes per step" is what
+# the estimate costs: each probe is one forward-mode pass over the step's batch.
+
+# %%
+table(kt.schedule_table(frame), "kl_calibration_schedule")
 
 # %% [markdown]
 # ## Claims

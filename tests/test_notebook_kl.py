@@ -51,7 +51,11 @@ def test_notebook_writes_figures_tables_and_runs(executed) -> None:
     assert (table["seeds"] == len(cfg["seeds"])).all() and (table["steps"] == cfg["steps"]).all()
     assert (table.filter(like="final KL") >= -1e-6).all().all()
     calibration = pd.read_csv(out / "kl_calibration.csv")
-    assert len(calibration) == 3 and calibration["predictor"].str.contains("diagonal").any()
+    assert len(calibration) == 5 and calibration["predictor"].iloc[0].startswith(
+        "calibrated diagonal, the default")
+    schedule = pd.read_csv(out / "kl_calibration_schedule.csv")
+    assert set(schedule["calibration from"]) == {"JVP probes",
+                                                 "measured KL each step (observe_kl)"}
     # every (method, seed) run is cached under the results directory, with its manifest
     for method in cfg["methods"]:
         for seed in cfg["seeds"]:
@@ -91,7 +95,7 @@ def test_methods_map_to_the_intended_optimizer_settings() -> None:
         assert config["seed"] == 2 and config["steps"] == cfg["steps"]
         assert config["model"] == "proxy-1m" and config["lr"] == cfg["lr"]
     calibration = kt.calibration_config(cfg, 0)
-    assert calibration["kl_estimator"] == "diag"
+    assert calibration["kl_estimator"] == "calibrated"
     assert calibration["predicted_kl_threshold"] == math.inf
 
 
@@ -132,7 +136,7 @@ def test_bad_configs_fail_before_any_compute() -> None:
 
 
 def _frame(curves: dict[str, list[list[float]]]) -> pd.DataFrame:
-    """Hand-made runs: {method: [KL per step, one list per seed]}."""
+    """Hand-made runs: {method: [KL per step, one list per seed]}, with every column of `run`."""
     rows = []
     for method, seeds in curves.items():
         for seed, kls in enumerate(seeds):
@@ -142,7 +146,7 @@ def _frame(curves: dict[str, list[list[float]]]) -> pd.DataFrame:
                                  predicted_kl=kl / 10, applied_kl=kl / 10, gamma=1.0,
                                  clipped=False, reward=0.5, seconds=1.0, eval_accuracy=math.nan,
                                  jvp_kl=math.nan))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).reindex(columns=["method", "seed", *runner.COLUMNS, "jvp_kl"])
 
 
 def _cfg(**overrides) -> dict:
@@ -266,7 +270,7 @@ def test_adamw_kl_is_torch_adamw_plus_the_control() -> None:
     twin = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
     twin.load_state_dict(net.state_dict())
     settings = dict(lr=1e-2, weight_decay=0.01, rank=4, predicted_kl_threshold=None,
-                    reconstruction="gain", kl_estimator="diag", seed=0)
+                    reconstruction="gain", kl_estimator="diag", kl_drift_budget=None, seed=0)
     ours = build_optimizer("adamw-kl", net, settings)
     reference = torch.optim.AdamW(twin.parameters(), lr=1e-2, weight_decay=0.01)
     x = torch.randn(64, 16)
@@ -284,3 +288,18 @@ def test_adamw_kl_is_torch_adamw_plus_the_control() -> None:
     net(x).square().mean().backward()
     controlled.step()
     assert controlled.last_step["predicted_kl"] > 0 and controlled.last_step["gamma"] < 1
+
+
+def test_replay_of_the_calibrated_estimator_matches_the_optimizer_rule() -> None:
+    """Probe steps predict the exact value and add its ratio; other steps scale the diagonal
+    estimate by the median ratio of the window; feedback adds each step's measured ratio."""
+    diag = np.array([1.0, 1.0, 2.0, 1.0, 1.0])
+    exact = np.array([10.0, 30.0, 40.0, 5.0, 7.0])
+    measured = np.array([9.0, 20.0, 50.0, 4.0, 8.0])
+    every_two = kt.replay_calibrated(diag, exact, measured, probe_every=2, window=8)
+    # steps 0, 2, 4 probe; step 1 uses c = 10, step 3 the median of (10, 20) = √200 geometric
+    np.testing.assert_allclose(every_two, [10.0, 10.0, 40.0, math.sqrt(200.0), 7.0])
+    first_only = kt.replay_calibrated(diag, exact, measured, probe_every=None, window=1,
+                                      feedback=True)
+    # step 0 probes (ratio 10), then the window of 1 holds the last measured ratio
+    np.testing.assert_allclose(first_only, [10.0, 9.0, 40.0, 25.0, 4.0])

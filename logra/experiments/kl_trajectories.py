@@ -20,15 +20,18 @@ cached by config in <results_dir>/runs/ and resumed when rerun; `command` prints
 step, step_kl = exact KL(π_before ‖ π_after) of the step's update on its own batch, predicted_kl,
 gamma, reward, eval_accuracy, ...), plus the calibration runs (method "calibration").
 
-Calibration (`calibration_run`): LoGRA (gain, no clipping) with `kl_estimator="diag"` and an
-infinite budget, so that the optimizer computes its diagonal prediction ½·Δᵀ diag(V̂) Δ of every
-step but never scales one (the run takes the same steps as logra-nokl with the same seed). Each
-step is also probed by the exact JVP prediction ½·ΔᵀFΔ of the applied Δ = W_after − W_before at
-the pre-step weights on the step's batch (`logra.optim.kl.predicted_kl_jvp`), and both are set
-against the measured step_kl. `calibration_table` fits measured ≈ c·predicted (c: the geometric
-mean of the ratios, i.e. least squares in log space with slope 1; also the median ratio, the free
-log-log slope and the rank correlation); c of the diagonal estimate is what
-`LoGRA(kl_estimator="diag", kl_calibration=c)` wants.
+Calibration (`calibration_run`): LoGRA (gain) with the default `kl_estimator="calibrated"` and an
+infinite budget, so that the optimizer predicts the KL of every step in nats, as a controlled
+run would (the raw diagonal estimate ½·Δᵀ diag(V̂) Δ times a factor refitted from a JVP probe
+every `kl_probe_every` steps), but never scales one (the run takes the same steps as logra-nokl
+with the same seed). Each step is also probed by the exact JVP prediction ½·ΔᵀFΔ of the applied
+Δ = W_after − W_before at the pre-step weights on the step's batch
+(`logra.optim.kl.predicted_kl_jvp`), and every prediction is set against the measured step_kl.
+`calibration_table` gives, per predictor, the median of measured/predicted and the share of steps
+within a factor 4, the geometric-mean factor c, the free log-log slope and the rank correlation.
+`schedule_table` replays the calibrated estimator offline from the same run's raw diagonal and
+exact JVP values for other probe intervals and windows, and for a trainer that reports each
+step's measured KL (`LoGRA.observe_kl`): the evidence for the defaults.
 
 Verdicts (`c5_claim`, `c6_claim`) come from these numbers by the rules in their docstrings.
 """
@@ -135,9 +138,10 @@ def grpo_config(cfg: dict[str, Any], method: str, seed: int, **values: Any) -> d
 
 
 def calibration_config(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
-    """LoGRA gain computing its diagonal KL prediction with an infinite budget (never clips)."""
+    """LoGRA gain predicting every step's KL with the calibrated estimate and an infinite
+    budget (never clips)."""
     config = grpo_config(cfg, "logra", seed)
-    config.update(kl_estimator="diag", predicted_kl_threshold=math.inf,
+    config.update(kl_estimator="calibrated", predicted_kl_threshold=math.inf,
                   steps=cfg["calibration_steps"])
     return grpo.validate(config)
 
@@ -375,41 +379,113 @@ def _fit(predicted: pd.Series, measured: pd.Series) -> dict[str, float]:
                 median_ratio=float(np.exp(np.median(m - p))), slope=slope, spearman=spearman)
 
 
+CALIBRATION_PANELS = ("calibrated diagonal, the default (calibration run)",
+                      "raw diagonal ½ΣV̂Δ² (calibration run)", "exact JVP probe (calibration run)")
+WITHIN = 4.0  # the acceptance band of a prediction: measured/predicted in [1/4, 4]
+
+
 def calibration_points(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """(predicted, measured) per step for each predictor: the calibration runs' diagonal and
-    JVP predictions of the (unscaled) step, and the controlled runs' JVP prediction of the
-    applied step γ²·KL̂ — each against the step's measured KL(π_before ‖ π_after)."""
+    """(predicted, measured) per step for each predictor, each against the step's measured
+    KL(π_before ‖ π_after): the calibration runs' default (calibrated) prediction, on every step
+    and on the steps it did not probe; their raw diagonal estimate; the exact JVP probe of every
+    step; and the controlled runs' applied prediction γ²·KL̂."""
     calib = frame[(frame["method"] == "calibration") & (frame["step"] >= 1)]
+    unprobed = calib[~calib["kl_probed"].astype(bool)]
     controlled = trajectories(frame)
     controlled = controlled[controlled["method"].map(lambda m: METHODS[m].controlled)]
+
+    def points(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+        return pd.DataFrame({"predicted": rows[column], "measured": rows["step_kl"],
+                             "step": rows["step"]})
+
     return {
-        "diagonal (calibration run)": pd.DataFrame(
-            {"predicted": calib["predicted_kl"], "measured": calib["step_kl"],
-             "step": calib["step"]}),
-        "JVP probe (calibration run)": pd.DataFrame(
-            {"predicted": calib["jvp_kl"], "measured": calib["step_kl"], "step": calib["step"]}),
-        "JVP, applied γ²·KL̂ (controlled runs)": pd.DataFrame(
-            {"predicted": controlled["applied_kl"], "measured": controlled["step_kl"],
-             "step": controlled["step"]}),
+        "calibrated diagonal, the default (calibration run)": points(calib, "predicted_kl"),
+        "calibrated diagonal, steps without a probe": points(unprobed, "predicted_kl"),
+        "raw diagonal ½ΣV̂Δ² (calibration run)": points(calib, "diag_kl"),
+        "exact JVP probe (calibration run)": points(calib, "jvp_kl"),
+        "applied γ²·KL̂ (controlled runs)": points(controlled, "applied_kl"),
     }
 
 
+def _within(predicted: pd.Series, measured: pd.Series, factor: float = WITHIN) -> float:
+    """Share of the steps whose measured/predicted lies in [1/factor, factor]."""
+    ratio = (measured / predicted).to_numpy(float)
+    ratio = ratio[np.isfinite(ratio)]
+    return float(np.mean((ratio >= 1 / factor) & (ratio <= factor))) if len(ratio) else math.nan
+
+
 def calibration_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per predictor: measured ≈ c·predicted with c the geometric-mean ratio; the median ratio,
-    the free log-log slope and Spearman's rank correlation."""
+    """Per predictor: the median of measured/predicted, the share of steps within a factor 4,
+    c (measured ≈ c·predicted, geometric mean), the free log-log slope and Spearman's ρ."""
     rows = []
     for name, points in calibration_points(frame).items():
         fit = _fit(points["predicted"], points["measured"])
         rows.append({"predictor": name, "steps": fit["points"],
+                     "median measured/predicted": fit["median_ratio"],
+                     f"steps within {WITHIN:g}× (%)":
+                         100 * _within(points["predicted"], points["measured"]),
                      "c = measured/predicted (geometric mean)": fit["ratio"],
-                     "median ratio": fit["median_ratio"], "log-log slope": fit["slope"],
-                     "Spearman ρ": fit["spearman"]})
+                     "log-log slope": fit["slope"], "Spearman ρ": fit["spearman"]})
+    return pd.DataFrame(rows)
+
+
+def replay_calibrated(diag: np.ndarray, exact: np.ndarray, measured: np.ndarray,
+                      probe_every: int | None, window: int, feedback: bool = False) -> np.ndarray:
+    """The predictions `LoGRA(kl_estimator="calibrated")` would make over a run whose steps
+    have raw diagonal estimates `diag`, exact JVP values `exact` and measured KLs `measured`
+    (arrays over steps 1…T of a run that never clips), with probes on the first step and every
+    `probe_every` steps (None: the first only) and a median over `window` log-ratios; with
+    `feedback`, each step's measured KL is also reported after it (`LoGRA.observe_kl`)."""
+    from logra.optim.calibration import KLCalibration
+
+    fit = KLCalibration(window)
+    predictions = np.empty(len(diag))
+    for t, (d, e, k) in enumerate(zip(diag, exact, measured, strict=True)):
+        probe = not fit.calibrated if probe_every is None else (
+            not fit.calibrated or t % probe_every == 0)
+        if probe:
+            predictions[t] = e
+            fit.observe(d, e)
+        else:
+            predictions[t] = fit.scale * d
+        if feedback:
+            fit.observe(d, k)
+    return predictions
+
+
+def schedule_table(frame: pd.DataFrame, probe_every: tuple[int | None, ...] = (1, 5, 10, 20, None),
+                   windows: tuple[int, ...] = (1, 4, 8, 16)) -> pd.DataFrame:
+    """The calibrated estimator replayed on the calibration runs for each probe interval and
+    window, and with trainer feedback instead of probes: the median of measured/predicted, the
+    share of steps within a factor 4, and probes per step (what the estimate costs)."""
+    calib = frame[(frame["method"] == "calibration") & (frame["step"] >= 1)]
+    rows = []
+    settings = [(k, w, False) for k in probe_every for w in windows] + [
+        (None, w, True) for w in windows]
+    for every, window, feedback in settings:
+        predicted, measured = [], []
+        for _, run in calib.groupby("seed"):
+            run = run.sort_values("step")
+            columns = [run[c].to_numpy(float) for c in ("diag_kl", "jvp_kl", "step_kl")]
+            predicted.append(replay_calibrated(*columns, every, window, feedback))
+            measured.append(columns[2])
+        p, m = pd.Series(np.concatenate(predicted)), pd.Series(np.concatenate(measured))
+        fit = _fit(p, m)
+        steps = len(p) // max(calib["seed"].nunique(), 1)
+        rows.append({
+            "calibration from": "measured KL each step (observe_kl)" if feedback
+            else "JVP probes", "probe every": "first step only" if every is None else every,
+            "window": window, "median measured/predicted": fit["median_ratio"],
+            f"steps within {WITHIN:g}× (%)": 100 * _within(p, m),
+            "probes per step": (1 if every is None else math.ceil(steps / every)) / steps,
+        })
     return pd.DataFrame(rows)
 
 
 def diagonal_calibration(frame: pd.DataFrame) -> float:
-    """The factor c of the diagonal estimate: `LoGRA(kl_estimator="diag", kl_calibration=c)`."""
-    points = calibration_points(frame)["diagonal (calibration run)"]
+    """The constant c of the raw diagonal estimate over the calibration runs: what
+    `LoGRA(kl_estimator="diag", kl_calibration=c)` would need on this policy."""
+    points = calibration_points(frame)["raw diagonal ½ΣV̂Δ² (calibration run)"]
     return _fit(points["predicted"], points["measured"])["ratio"]
 
 
@@ -607,8 +683,10 @@ def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
 
 
 def plot_calibration(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Predicted against measured KL of each step, log-log, with y = x and the fitted y = c·x."""
-    points = calibration_points(frame)
+    """Predicted against measured KL of each step, log-log, with y = x and the fitted y = c·x:
+    the default calibrated estimate, the raw diagonal one and the exact JVP probe."""
+    points = {name: data for name, data in calibration_points(frame).items()
+              if name in CALIBRATION_PANELS}
     fig, axes = plt.subplots(1, len(points), figsize=(5 * len(points), 4.6))
     for ax, (name, data) in zip(axes, points.items(), strict=True):
         ok = ((data["predicted"] > 0) & (data["measured"] > 0)
