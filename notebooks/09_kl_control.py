@@ -51,9 +51,7 @@ steps = None  # GRPO steps per run; None: the scale's
 results_dir = None  # where runs are cached; None: the scale's (results/)
 
 # %%
-overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results_dir).items()
-             if v is not None}
-cfg = kc.config(scale, **overrides)
+cfg = kc.config(scale, seeds=seeds, steps=steps, results_dir=results_dir)
 runs = kc.plan(cfg)
 example = kc.grpo_config(cfg, runs[0])
 print(f"scale {scale!r}: {len(runs)} runs of {cfg['steps']} steps on {example['model']} "
@@ -93,6 +91,17 @@ report.show_table(kc.stress_table(frame, cfg), "kl_control_stress", figures_dir)
 # %%
 report.show_figure(kc.plot_budget(frame, cfg), "kl_control_budget", figures_dir)
 report.show_table(kc.budget_table(frame, cfg), "kl_control_budget", figures_dir)
+
+# %% [markdown]
+# ## 4 · What the control costs
+#
+# Seconds per GRPO step (sampling, update, measurements) of dense AdamW, LoGRA without control,
+# LoGRA with the default estimate (an exact JVP probe on every 4th sequence) and with the probe
+# on the whole batch, timed in turns in one process on one thread, at the batch of the runs
+# above and at experiments/grpo.yaml's 8 × 8.
+
+# %%
+report.show_table(kc.control_cost(cfg), "kl_control_cost", figures_dir)
 
 # %% [markdown]
 # ## Claims at proxy scale

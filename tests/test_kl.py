@@ -345,3 +345,45 @@ def test_drift_budget_shrinks_the_step_budget_as_the_reference_kl_grows() -> Non
     assert budget_only.step_threshold() is None
     budget_only.observe_reference_kl(0.01)
     assert budget_only.step_threshold() == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("estimator", ["calibrated", "diag"])
+def test_a_controlled_step_is_gamma_times_the_free_step(estimator: str) -> None:
+    """From the same state, W_ctl − W0 = γ·(W_free − W0); on the diagonal path KL̂ is
+    ½ Σ_ij V̂_ij Δ_ij² with V̂ = ρκᵀ/Σρ rebuilt here from the sketches of the step (one step:
+    v̂ = L², R²), times kl_calibration."""
+    g = torch.Generator().manual_seed(14)
+    w0, grad = torch.randn(48, 40, generator=g), torch.randn(48, 40, generator=g)
+    x = torch.randn(32, 40, generator=g)
+    weights, steps = {}, {}
+    for name, threshold in (("free", None), ("ctl", 1e-4)):
+        policy = nn.Linear(40, 48, bias=False)  # a linear softmax policy
+        with torch.no_grad():
+            policy.weight.copy_(w0)
+        opt = LoGRA(policy.parameters(), lr=1e-2, rank=4, weight_decay=0.0,
+                    predicted_kl_threshold=threshold, kl_estimator=estimator,
+                    kl_calibration=1e3)
+        opt.set_kl_batch(policy, x)
+        policy.weight.grad = grad.clone()
+        opt.step()
+        weights[name], steps[name] = policy.weight.detach(), opt
+    info = steps["ctl"].last_step
+    assert info["clipped"] and 0 < info["gamma"] < 1
+    # fp32 round-off of W + γΔ at |W| ≈ 3 is ~2e-7; the step's entries are ~1e-3
+    torch.testing.assert_close(weights["ctl"] - w0, info["gamma"] * (weights["free"] - w0),
+                               rtol=0, atol=1e-6)
+    delta = weights["free"] - w0
+    P, Q = steps["free"].projections(next(iter(steps["free"].state)))
+    L, R = P.T @ grad, grad @ Q
+    m, n = grad.shape
+    rho = (n / Q.shape[1]) * R.square().sum(dim=1)
+    kappa = (m / P.shape[1]) * L.square().sum(dim=0)
+    diag = 0.5 * float((rho[:, None] * kappa[None, :] * delta.square()).sum() / rho.sum())
+    assert info["diag_kl"] == pytest.approx(diag, rel=1e-4)
+    if estimator == "diag":
+        assert info["predicted_kl"] == pytest.approx(1e3 * diag, rel=1e-4)
+    else:  # the probe: ½ΔᵀFΔ of the linear softmax policy on every 4th row of x
+        logits, tangent = x[::4] @ w0.T, x[::4] @ delta.T
+        assert info["kl_probed"]
+        assert info["predicted_kl"] == pytest.approx(float(fisher_quadratic(logits, tangent)),
+                                                     rel=1e-4)

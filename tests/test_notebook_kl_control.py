@@ -134,5 +134,9 @@ def test_notebook_writes_its_figures_tables_and_claims(executed) -> None:
     assert (sweep["seeds"] == len(cfg["seeds"])).all()
     budget = pd.read_csv(out / "kl_control_budget.csv")
     assert list(budget["setting"]) == list(cfg["budget_runs"])
+    cost = pd.read_csv(out / "kl_control_cost.csv")
+    assert list(cost["setting"]) == list(kc.COST_SETTINGS)
+    assert (cost["s/step (median)"] > 0).all() and (cost["steps timed"] == 1).all()
+    assert cost.loc[cost["setting"] == "dense AdamW (torch)", "÷ dense AdamW"].item() == 1.0
     claims = pd.read_csv(out / "claims_kl_control.csv")
     assert list(claims["claim"]) == ["C5", "C6"] and claims["verdict"].isin(VERDICTS).all()

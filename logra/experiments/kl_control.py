@@ -88,8 +88,9 @@ class Run:
 
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/kl_control.yaml at `scale`, with `overrides` on top, checked."""
-    cfg = load_config(EXPERIMENT, scale, **overrides)
+    """experiments/kl_control.yaml at `scale`, with the `overrides` that are not None on top
+    (a notebook's parameters pass None for "the scale's value"), checked."""
+    cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
     for key in ("sweep_methods", "stress_methods"):
         unknown = sorted({m for m, _ in _pairs(cfg[key])} - set(METHODS))
         if unknown:
@@ -158,6 +159,60 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
                                    setting=r.setting)
     frame = pd.concat(frames, ignore_index=True)
     return frame[["study", "method", "delta", "lr", "seed", "setting", *runner.COLUMNS]]
+
+
+# ---------------------------------------------------------------- cost of the control
+
+COST_SETTINGS: dict[str, dict[str, Any]] = {
+    "dense AdamW (torch)": dict(optimizer="adamw"),
+    "LoGRA, no control": dict(optimizer="logra", predicted_kl_threshold=None),
+    "LoGRA + control (default estimate)": dict(optimizer="logra", predicted_kl_threshold=1e-3),
+    "LoGRA + control (JVP on the whole batch)": dict(optimizer="logra",
+                                                     predicted_kl_threshold=1e-3,
+                                                     kl_estimator="jvp"),
+}
+
+
+def control_cost(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+    """Seconds per GRPO step (rollout, update, measurements) of each of `COST_SETTINGS`, for
+    each batch (prompts, samples) of `cost_batches`: the trainers take `cost_rounds` rounds of
+    `cost_steps` steps in turn, in one process on one thread, so that the machine's noise falls
+    on all alike; the first round of each is a warm-up and not counted. Columns: batch,
+    setting, s/step (median over counted steps), ratio to dense AdamW's, and the control's own
+    share over LoGRA without it."""
+    import torch
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(1)
+    rows = []
+    for prompts, samples in cfg["cost_batches"]:
+        trainers = {}
+        for name, keys in COST_SETTINGS.items():
+            config = grpo.resolve(scale=cfg["grpo_scale"], model=cfg["model"], task=cfg["task"],
+                                  lr=cfg["lr"], rank=cfg["rank"], prompts_per_step=prompts,
+                                  group_size=samples, max_new_tokens=cfg["max_new_tokens"],
+                                  results_dir=cfg["results_dir"], eval_prompts=8, **keys)
+            trainers[name] = runner.Trainer(config, progress=False)
+        seconds: dict[str, list[float]] = {name: [] for name in trainers}
+        total = cfg["cost_rounds"] * len(trainers)
+        bar = tqdm(total=total, desc=f"cost {prompts}x{samples}", disable=not progress)
+        for round_ in range(cfg["cost_rounds"]):
+            for name, trainer in trainers.items():
+                for t in range(1, cfg["cost_steps"] + 1):
+                    record = trainer.step(round_ * cfg["cost_steps"] + t)
+                    if round_ > 0:
+                        seconds[name].append(record["seconds"])
+                bar.update()
+        bar.close()
+        adamw = float(np.median(seconds["dense AdamW (torch)"]))
+        free = float(np.median(seconds["LoGRA, no control"]))
+        for name, values in seconds.items():
+            median = float(np.median(values))
+            rows.append({"batch (prompts × samples)": f"{prompts} × {samples}",
+                         "setting": name, "steps timed": len(values),
+                         "s/step (median)": median, "÷ dense AdamW": median / adamw,
+                         "÷ LoGRA without control": median / free})
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------- summaries
