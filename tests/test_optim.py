@@ -217,6 +217,38 @@ def test_bad_hyperparameters_name_the_argument(kwargs: dict, culprit: str) -> No
         LoGRA(mixed_model().parameters(), **kwargs)
 
 
+@pytest.mark.parametrize(("kwargs", "culprit"), [
+    (dict(lr="1e-3"), "lr must be a number.*YAML"), (dict(betas=0.9), "betas must be a pair"),
+    (dict(betas=(0.9, "0.99")), "betas must be a pair"), (dict(eps="1e-8"), "eps must be"),
+    (dict(lr=True), "lr must be a number"),
+])
+def test_ill_typed_hyperparameters_name_the_argument(kwargs: dict, culprit: str) -> None:
+    with pytest.raises(TypeError, match=culprit):
+        LoGRA(mixed_model().parameters(), **kwargs)
+
+
+def test_positional_arguments_follow_adamw() -> None:
+    """LoGRA(params, lr, betas, eps, weight_decay) as AdamW; the rest keyword-only."""
+    model = mixed_model()
+    opt = LoGRA(model.parameters(), 1e-3, (0.8, 0.99), 1e-6, 0.05)
+    group = opt.param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (
+        1e-3, (0.8, 0.99), 1e-6, 0.05)
+    with pytest.raises(TypeError):
+        LoGRA(model.parameters(), 1e-3, (0.9, 0.999), 1e-8, 0.01, False, 16)
+
+
+def test_an_adamw_state_is_refused_before_anything_changes() -> None:
+    model = mixed_model()
+    adamw = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, model[0].in_features)).sum().backward()
+    adamw.step()
+    opt = LoGRA(model.parameters(), lr=1e-3)
+    with pytest.raises(ValueError, match="another optimizer"):
+        opt.load_state_dict(adamw.state_dict())
+    assert not opt.state and opt.param_groups[0]["rank"] == 16
+
+
 def test_bad_group_is_rejected_before_it_joins() -> None:
     model = mixed_model()
     opt = LoGRA(list(model.parameters())[:2], lr=1e-3)

@@ -46,9 +46,10 @@ Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·
 regenerated from (seed, parameter key, refresh epoch) every step and never stored, unless
 `cache_projections=True`. Δ itself is never stored: it is recomputed a block of rows at a time
 for the KL estimate and for the update (`logra.optim.updates`), so the step's peak memory is
-parameters + gradients + state + cache-sized blocks. The one exception is `kl_estimator="jvp"`,
-whose JVP needs Δ whole: it is written into the gradient buffer (free once sketched), so after
-such a step `p.grad` holds the unscaled Δ, not the gradient.
+parameters + gradients + state + cache-sized blocks. The one exception is a step the JVP probes
+(every step of the default estimator when it has a batch): the JVP needs Δ whole, so Δ is written
+into the gradient buffer (free once sketched), and after such a step `p.grad` holds the unscaled
+Δ, not the gradient.
 
 More than one device (docs/distributed.md): under DDP every rank takes the same step from the
 all-reduced gradients (the JVP estimator averages its prediction over `process_group`);
@@ -155,6 +156,9 @@ class _Unit:
 class LoGRA(Optimizer):
     """Drop-in replacement for `torch.optim.AdamW` keeping Adam moments of gradient sketches.
 
+    The positional arguments are AdamW's (params, lr, betas, eps, weight_decay, amsgrad); every
+    other argument is keyword-only.
+
     Args:
         params: parameters or param groups, as for AdamW (named parameters work too). A group may
             set its own `rank`, `oversample`, `reconstruction`, `rtol`, or `sketch=False`
@@ -200,13 +204,13 @@ class LoGRA(Optimizer):
         self,
         params: ParamsT,
         lr: float | Tensor = 1e-6,
-        rank: int = 16,
-        predicted_kl_threshold: float | None = 0.02,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.01,
         amsgrad: bool = False,
         *,
+        rank: int = 16,
+        predicted_kl_threshold: float | None = 0.02,
         seed: int = 0,
         cache_projections: bool = False,
         reconstruction: str = "gain",
@@ -395,8 +399,9 @@ class LoGRA(Optimizer):
 
         Three passes over each sketched matrix: one reads G for both sketches, one evaluates
         Σ F Δ² (skipped without control), one writes W + γΔ; Δ is recomputed block by block
-        rather than stored. With `kl_estimator="jvp"` the JVP needs Δ whole, so it is written
-        into the gradient buffer (free once sketched) and applied from there.
+        rather than stored. On a step the JVP probes (every step of the default estimator when
+        it has a batch), the JVP needs Δ whole, so it is written into the gradient buffer (free
+        once sketched) and applied from there: after such a step `p.grad` holds Δ.
         """
         loss = None
         if closure is not None:
@@ -419,7 +424,8 @@ class LoGRA(Optimizer):
             self.last_step = dict(predicted_kl=math.nan, applied_kl=math.nan, gamma=0.0,
                                   clipped=False, skipped=True, skipped_steps=self.skipped_steps,
                                   diag_kl=math.nan, kl_probed=False,
-                                  kl_scale=self.kl_fit.scale)
+                                  kl_scale=self.kl_fit.scale,
+                                  threshold=math.nan if threshold is None else threshold)
             return loss
 
         updates = [self._update_unit(unit, sketch)
@@ -821,6 +827,13 @@ class LoGRA(Optimizer):
         are put back afterwards, moved to the parameter's device.
         """
         state_dict = dict(state_dict)
+        for i, group in enumerate(state_dict.get("param_groups", [])):
+            missing = sorted(set(self.defaults) - set(group))
+            if missing:
+                raise ValueError(
+                    f"state_dict param group {i} lacks LoGRA's keys {missing}: it was saved by "
+                    "another optimizer (torch.optim.AdamW?). LoGRA keeps sketches of the moments, "
+                    "not the dense moments such a state holds; start LoGRA from a fresh state")
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
         self._kl_steps = int(state_dict.pop("kl_steps", 0))
@@ -872,6 +885,10 @@ def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> bool:
     return true_on_every_rank(flag, group)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _mesh_group(slots: list[_Slot]) -> dist.ProcessGroup | None:
     """The process group of the sharded parameters' mesh (one for all of them), or None."""
     meshes = {s.shard.mesh for s in slots if s.shard is not None}
@@ -898,13 +915,25 @@ def _predicted_fisher(units: list[_Unit], updates: list, group: dist.ProcessGrou
 def _validate_group(group: dict[str, Any]) -> None:
     """Clear errors naming the hyperparameter, raised before a group is added."""
     lr = group["lr"]
-    if isinstance(lr, Tensor) and lr.numel() != 1:
-        raise ValueError("lr as a Tensor must have one element")
+    if isinstance(lr, Tensor):
+        if lr.numel() != 1:
+            raise ValueError("lr as a Tensor must have one element")
+    elif not _is_number(lr):
+        raise TypeError(f"lr must be a number or a one-element Tensor, got {type(lr).__name__} "
+                        f"{lr!r}" + (" (YAML 1.1 reads 1e-6 as a string: write 1.0e-6)"
+                                     if isinstance(lr, str) else ""))
     if not float(lr) >= 0:
         raise ValueError(f"Invalid learning rate (lr): {float(lr)}")
     betas = group["betas"]
-    if len(betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in betas):
+    if not isinstance(betas, tuple | list) or len(betas) != 2 \
+            or not all(_is_number(b) or isinstance(b, Tensor) for b in betas):
+        raise TypeError(f"betas must be a pair of numbers (beta1, beta2), got {betas!r}")
+    if not all(0.0 <= float(b) < 1.0 for b in betas):
         raise ValueError(f"Invalid betas: {betas} (each must lie in [0, 1))")
+    for key in ("eps", "weight_decay"):
+        if not _is_number(group[key]):
+            raise TypeError(f"{key} must be a number, got {type(group[key]).__name__} "
+                            f"{group[key]!r}")
     if not group["eps"] > 0:
         raise ValueError(f"Invalid eps: {group['eps']} (must be > 0)")
     if not group["weight_decay"] >= 0:
