@@ -206,9 +206,12 @@ def test_drift_budget_and_adaptive_beta_steer_the_run_and_resume(
     moves β from step to step and is restored from the checkpoint."""
     budget = 1e-6
     config = smoke_config(smoke_dirs, tmp_path, optimizer="logra", kl_drift_budget=budget,
-                          beta=0.1, kl_target=1e-4, kl_horizon=10, run_name="steered")
+                          predicted_kl_threshold=None, beta=0.1, kl_target=1e-4, kl_horizon=10,
+                          run_name="steered")
     records = runner.run_grpo(config, progress=False)
     train = records.iloc[1:]
+    assert train["kl_probed"].all()  # a budget alone still gets the batch to predict on
+    assert train["applied_kl"].notna().all()
     room = (math.sqrt(budget) - train["kl"].clip(upper=budget).pow(0.5)) ** 2
     assert (train["threshold"] <= room + 1e-15).all()
     assert (train["applied_kl"] <= train["threshold"] * (1 + 1e-6) + 1e-15).all()

@@ -253,7 +253,7 @@ class Trainer:
     def _optimizer_step(self, rollout: Rollout) -> None:
         optimizer = self.optimizer
         if (isinstance(optimizer, LoGRA) and optimizer.kl_estimator in ("jvp", "calibrated")
-                and optimizer.predicted_kl_threshold is not None):
+                and optimizer.step_threshold() is not None):  # δ, or a drift budget alone
             optimizer.set_kl_batch(self.policy, **rollout.model_inputs(),
                                    token_mask=rollout.logits_mask())
         optimizer.step()
