@@ -33,6 +33,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from logra.experiments.config import load_config
 from logra.experiments.kl_trajectories import grpo_job, prepare_inputs, run_jobs
@@ -443,6 +444,7 @@ def plot_tradeoff(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     start = 100 * per_run["accuracy_start"].mean()
     ax.axhline(start, color="grey", ls=":", lw=1, label=f"before GRPO ({start:.1f} %)")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short log axis
     ax.set_xlabel(f"final KL(π_θ ‖ π_ref) (nats/token, mean of the last {cfg['final_steps']} "
                   "steps)")
     ax.set_ylabel(f"greedy accuracy on {cfg['eval_prompts']:,} held-out problems (%)")
@@ -530,10 +532,10 @@ def plot_budget(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     start = 100 * per_run["accuracy_start"].mean()
     ax_acc.axhline(start, color="grey", ls=":", lw=1, label=f"before GRPO ({start:.1f} %)")
     ax_kl.set_yscale("log")
+    ax_kl.set_ylim(bottom=max(FLOOR, 0.01 * float(runs["kl"].median())))
     ax_kl.set_xlabel("GRPO step")
     ax_kl.set_ylabel("KL(π_θ ‖ π_ref) (nats/token)")
     ax_kl.set_title("drift from the reference (dotted: the budget)", fontsize=10)
-    ax_acc.set_xscale("log")
     ax_acc.set_xlabel(f"final KL to the reference (mean of the last {cfg['final_steps']} steps)")
     ax_acc.set_ylabel(f"greedy accuracy on {cfg['eval_prompts']:,} held-out problems (%)")
     ax_acc.set_title("accuracy at the KL each control ends at (bars: seed range)", fontsize=10)
