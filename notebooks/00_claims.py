@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 00 · The claims ledger
 #
-# Every claim of the report (`../shared/CLAIMS.md`, C1–C12) beside what this kit measured, as
+# Every claim of the report (`docs/claims.md`, C1–C12) beside what this kit measured, as
 # written by the notebook that tests it (`figures/claims_*.csv`). Verdicts come from the numbers
 # by rules in `logra.experiments.*`; this notebook only collects them. It runs last in
 # `logra-repro reproduce`.

@@ -2,7 +2,7 @@
 
 Each notebook that tests a claim writes figures/claims_NAME.{csv,md} (`report.save_claims`).
 `collect` reads them all and `ledger` orders them by claim id and marks the claims no notebook
-has tested yet, so the table shows every claim of ../shared/CLAIMS.md exactly once per row
+has tested yet, so the table shows every claim of docs/claims.md exactly once per row
 written about it, and a missing one is visible rather than silently absent.
 """
 

@@ -48,7 +48,7 @@ TASK_LABELS = {"gsm-synth": "GSM8K-like", "math-synth": "MATH-like", "gsm8k": "G
                "math": "MATH"}
 REAL_MODELS = {"1.5b": "Qwen/Qwen2.5-1.5B-Instruct", "7b": "Qwen/Qwen2.5-7B-Instruct",
                "27b": "google/gemma-3-27b-it"}
-# The report's numbers (../shared/CLAIMS.md): C7 gives none at 1.5B/7B, C8 these at 27B.
+# The report's numbers (docs/claims.md): C7 gives none at 1.5B/7B, C8 these at 27B.
 REPORTED_27B = {"logra": {"gsm": 84.2, "math": 51.7},
                 "lora": {"gsm": round(84.2 - 7.6, 1), "math": round(51.7 - 7.3, 1)}}
 C7_REPORTED = "at 1.5B and 7B, LoGRA matches or slightly exceeds dense Adam on GSM8K and MATH"
