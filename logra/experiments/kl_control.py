@@ -58,6 +58,11 @@ class Method:
     optimizer: str
     controllable: bool
 
+    @property
+    def short(self) -> str:
+        """The label without "+ KL control" (tables and legends give δ beside it)."""
+        return self.label.removesuffix(" + KL control")
+
 
 METHODS: dict[str, Method] = {
     "adamw": Method("dense AdamW (torch)", "#000000", "adamw", False),
@@ -85,7 +90,7 @@ class Run:
         if self.setting:
             return self.setting
         control = "no control" if self.delta is None else f"δ = {self.delta:g}"
-        return f"{METHODS[self.method].label.replace(' + KL control', '')}, {control}"
+        return f"{METHODS[self.method].short}, {control}"
 
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
@@ -260,7 +265,7 @@ def _summarize(per_run: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (method, delta), r in per_run.groupby(["method", "delta"], dropna=False, sort=False):
         rows.append({
-            "method": METHODS[method].label.replace(" + KL control", ""),
+            "method": METHODS[method].short,
             "δ (nats/token/step)": _delta_text(delta), "seeds": len(r),
             "steps clipped (%)": r["clipped"].mean(), "median γ": r["median_gamma"].median(),
             "median step KL": r["median_step_kl"].median(),
@@ -387,7 +392,7 @@ def c6_stress_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
                         "reduced" if ran_away and shrink >= cfg["c6_factor"] else
                         "no runaway" if not ran_away else "not prevented")
         delta = held["delta"].iloc[0]
-        parts.append(f"{METHODS[method].label.replace(' + KL control', '')}: peak KL "
+        parts.append(f"{METHODS[method].short}: peak KL "
                      f"{_span(free['peak_kl'])} without control, {_span(held['peak_kl'])} with "
                      f"δ = {delta:g} (clipped {held['clipped'].mean():.0f} % of steps); accuracy "
                      f"{_pct(free['accuracy'])} → {_pct(held['accuracy'])}")
@@ -429,7 +434,7 @@ def plot_tradeoff(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             acc=("accuracy", "mean"), acc_lo=("accuracy", "min"), acc_hi=("accuracy", "max"),
             clipped=("clipped", "mean"))
         stats = stats.sort_index(na_position="last")
-        label = spec.label.replace(" + KL control", "")
+        label = spec.short
         ax.errorbar(stats["kl"], 100 * stats["acc"],
                     xerr=[stats["kl"] - stats["kl_lo"], stats["kl_hi"] - stats["kl"]],
                     yerr=[100 * (stats["acc"] - stats["acc_lo"]),
