@@ -1,5 +1,5 @@
 """The KL-trajectory notebook end to end at smoke scale, its verdict rules on hand-made frames,
-the calibration probe, and the `adamw-kl` optimizer of the factory."""
+the calibration probe, and the `adamw-kl` optimizer of the registry."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from torch import nn
 
 from logra import notebooks
 from logra.experiments import kl_trajectories as kt
+from logra.experiments.jobs import run_jobs
 from logra.experiments.report import VERDICTS
+from logra.optimizers import build_optimizer
 from logra.rl import config as grpo
 from logra.rl import runner
-from logra.rl.factory import build_optimizer
 
 
 def shared_results(tmp_path_factory: pytest.TempPathFactory):
@@ -257,11 +258,11 @@ def test_calibration_probe_predicts_the_measured_step_kl(learning_smoke) -> None
 
 def test_parallel_jobs_return_in_order() -> None:
     jobs = [(math.factorial, (n,)) for n in (5, 3, 4)]
-    assert kt.run_jobs(jobs, workers=2, desc="t", progress=False) == [120, 6, 24]
-    assert kt.run_jobs(jobs, workers=1, desc="t", progress=False) == [120, 6, 24]
+    assert run_jobs(jobs, workers=2, desc="t", progress=False) == [120, 6, 24]
+    assert run_jobs(jobs, workers=1, desc="t", progress=False) == [120, 6, 24]
 
 
-# ---------------------------------------------------------------- adamw-kl in the factory
+# ---------------------------------------------------------------- adamw-kl in the registry
 
 
 def test_adamw_kl_is_torch_adamw_plus_the_control() -> None:

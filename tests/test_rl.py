@@ -1,4 +1,4 @@
-"""GRPO's pieces (advantages, clipped loss, k3, exact KL), rollouts, the optimizer factory, and
+"""GRPO's pieces (advantages, clipped loss, k3, exact KL), rollouts, the optimizer registry, and
 config resolution and errors. The runs themselves are in test_rl_runs.py."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from logra.experiments.config import ConfigError
 from logra.models.tokenizer import char_tokenizer
 from logra.optim.kl import categorical_kl
+from logra.optimizers import OPTIMIZERS, build_optimizer, check_optimizer, state_bytes, wrap_model
 from logra.rl import config as cfg
 from logra.rl import runner
-from logra.rl.factory import OPTIMIZERS, build_optimizer, check_optimizer, state_bytes, wrap_policy
 from logra.rl.grpo import ADVANTAGE_EPS, group_advantages, grpo_loss, k3
 from logra.rl.rollout import completion_logits, response_mask, sample, token_logprobs
 
@@ -155,7 +155,7 @@ def test_left_padded_scoring_matches_each_sequence_alone(char_policy) -> None:
             torch.testing.assert_close(batched[row, :n], expected, rtol=1e-4, atol=1e-5)
 
 
-# ---------------------------------------------------------------------------- factory
+# ---------------------------------------------------------------------------- registry
 
 
 FACTORY_CONFIG = dict(lr=1e-3, weight_decay=0.0, seed=0, rank=4, reconstruction="gain",
@@ -180,7 +180,7 @@ def test_adamw_state_bytes_are_two_moments_and_lora_trains_only_adapters(char_po
     for p in params:
         p.grad = None
 
-    lora_model = wrap_policy("lora", Qwen2ForCausalLM(model.config), FACTORY_CONFIG)
+    lora_model = wrap_model("lora", Qwen2ForCausalLM(model.config), FACTORY_CONFIG)
     trainable = [n for n, p in lora_model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert all(("q_proj" in n) or ("v_proj" in n) for n in trainable)

@@ -1,4 +1,4 @@
-"""GRPO runs at `smoke` scale: every optimizer of the factory, records, manifest, checkpoints,
+"""GRPO runs at `smoke` scale: every optimizer of the registry, records, manifest, checkpoints,
 and resume (interrupted and resumed = uninterrupted, to 1e-6).
 
 The smoke proxy solves no problem after its few warm-up steps, so the real reward would be 0
@@ -19,9 +19,9 @@ import pytest
 from logra.cli import main
 from logra.experiments.config import ConfigError
 from logra.models import prepare
+from logra.optimizers import OPTIMIZERS, REGISTRY
 from logra.rl import config as cfg
 from logra.rl import runner
-from logra.rl.factory import OPTIMIZERS, OPTIONAL_PACKAGES
 
 TIMING = list(runner.TIMING_COLUMNS)
 
@@ -47,8 +47,8 @@ def smoke_config(smoke_dirs, results, **overrides):
 
 
 def installed(optimizer: str) -> bool:
-    module = OPTIONAL_PACKAGES.get(optimizer, (None,))[0]
-    return module is None or importlib.util.find_spec(module) is not None
+    package = REGISTRY[optimizer].package
+    return package is None or importlib.util.find_spec(package[0]) is not None
 
 
 def assert_same_records(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -61,7 +61,7 @@ def test_every_optimizer_completes_a_smoke_run_and_resumes_exactly(
     optimizer, smoke_dirs, tmp_path, monkeypatch
 ):
     if not installed(optimizer):
-        pytest.skip(f"{OPTIONAL_PACKAGES[optimizer][1]} is not installed")
+        pytest.skip(f"{REGISTRY[optimizer].package[1]} is not installed")
     config = smoke_config(smoke_dirs, tmp_path, optimizer=optimizer, run_name="full")
     records = runner.run_grpo(config, progress=False)
 

@@ -37,6 +37,7 @@ import pandas as pd
 from logra import io
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.config import load_config
+from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
 from logra.rl import config as grpo
 from logra.rl import run_grpo, runner
@@ -151,7 +152,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     jobs += [((model, "base", -1), base_job,
               (configs[(model, cfg["methods"][0], cfg["seeds"][0])], tasks, prompts))
              for model in cfg["models"]]
-    results = kt.run_jobs([(fn, args) for _, fn, args in jobs], cfg["workers"], EXPERIMENT,
+    results = run_jobs([(fn, args) for _, fn, args in jobs], cfg["workers"], EXPERIMENT,
                           progress)
     rows = []
     for ((model, method, seed), _, _), result in zip(jobs, results, strict=True):

@@ -16,7 +16,7 @@ Cases (`cases` in experiments/optimizer_cost.yaml):
 Optimizers: LoGRA at each rank of `logra_ranks` (defaults otherwise: gain reconstruction,
 δ = 0.02 with the diagonal estimate, projections regenerated every step), AdamW foreach and
 fused, torch.optim.Adafactor, the naive random projection, and GaLore / APOLLO where their
-packages are installed (rank `baseline_rank`; built by `logra.rl.factory`, as in the RL runs).
+packages are installed (rank `baseline_rank`; built by `logra.optimizers`, as in the RL runs).
 GaLore recomputes an SVD every `update_proj_gap` steps; its time is amortized over that gap:
 t = t_step + (t_first − t_step)/gap, with t_first the timed first step (SVD included).
 
@@ -39,7 +39,7 @@ from torch.optim import Optimizer
 
 from logra.experiments.config import load_config
 from logra.optim import LoGRA, RandomProjectionAdam
-from logra.rl.factory import OPTIONAL_PACKAGES, PROJECTION_GAP, build_optimizer, state_bytes
+from logra.optimizers import PROJECTION_GAP, REGISTRY, build_optimizer, state_bytes
 
 BASELINE = "adamw"
 
@@ -94,8 +94,8 @@ def optimizer_builders(cfg: dict[str, Any]) -> list[tuple[str, Callable[[nn.Modu
     builders[f"naive-r{rank}"] = lambda m: RandomProjectionAdam(m.parameters(), lr=lr, rank=rank)
     builders["adafactor"] = lambda m: torch.optim.Adafactor(m.parameters(), lr=lr)
     settings = dict(lr=lr, weight_decay=0.0, rank=rank, seed=0)
-    for name, (module, _) in OPTIONAL_PACKAGES.items():
-        if _installed(module):
+    for name in ("galore", "apollo"):
+        if _installed(REGISTRY[name].package[0]):
             builders[f"{name}-r{rank}"] = lambda m, n=name: build_optimizer(n, m, settings)
     return [(name, builders[name]) for name in builders if _wanted(name, cfg["optimizers"])]
 

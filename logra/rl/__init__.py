@@ -1,8 +1,7 @@
-"""RL post-training: GRPO with any optimizer of the factory, tidy records, checkpoints, resume.
+"""RL post-training: GRPO with any optimizer of `logra.optimizers`, records, checkpoints, resume.
 
     logra.rl.grpo     group-normalized advantages, k3, the clipped surrogate loss
     logra.rl.rollout  sampling G completions per prompt, log-probabilities of sampled tokens
-    logra.rl.factory  optimizers by name (adamw, lora, logra, naive, galore, apollo, adafactor)
     logra.rl.config   resolving and validating experiments/grpo.yaml, the run directory
     logra.rl.runner   the loop, per-step records, manifest, checkpoints
 
@@ -21,9 +20,9 @@ From Python (notebooks):
 See docs/real_scale.md for the real-scale runs.
 """
 
+from logra.optimizers import OPTIMIZERS, build_optimizer, state_bytes, wrap_model
 from logra.rl.config import resolve, run_dir
-from logra.rl.factory import OPTIMIZERS, build_optimizer, state_bytes, wrap_policy
 from logra.rl.runner import COLUMNS, evaluations, run_grpo
 
 __all__ = ["COLUMNS", "OPTIMIZERS", "build_optimizer", "evaluations", "resolve", "run_dir",
-           "run_grpo", "state_bytes", "wrap_policy"]
+           "run_grpo", "state_bytes", "wrap_model"]

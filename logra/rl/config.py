@@ -26,7 +26,7 @@ from logra.data import TASKS
 from logra.experiments.config import EXPERIMENTS_DIR, ConfigError, load_config
 from logra.models import SCALES
 from logra.optim.logra import KL_ESTIMATORS, RECONSTRUCTIONS
-from logra.rl.factory import OPTIMIZERS, check_optimizer
+from logra.optimizers import OPTIMIZERS, check_optimizer
 
 EXPERIMENT = "grpo"
 DTYPES = ("float32", "bfloat16", "float16")

@@ -31,7 +31,7 @@ Records (one row per step; row 0 holds the evaluation before training):
                      an exact JVP probe made the prediction, the calibration factor after it, and
                      the step's KL budget (δ, or less under a drift budget)
     beta             the weight of the k3 penalty in this step's loss (fixed, or adaptive)
-    state_bytes      bytes of tensors in the optimizer's state (`factory.state_bytes`)
+    state_bytes      bytes of tensors in the optimizer's state (`logra.optimizers.state_bytes`)
     tokens           non-padding tokens of prompt + completion in the batch
     seconds          wall time of the step (evaluation excluded)
     eval_accuracy, eval_seconds   greedy held-out accuracy after this step, and its time
@@ -74,9 +74,9 @@ from logra.experiments.config import ConfigError
 from logra.models import SCALES, evaluate_greedy, load_policy, prepare
 from logra.optim import LoGRA
 from logra.optim.kl import categorical_kl
+from logra.optimizers import build_optimizer, state_bytes, wrap_model
 from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
-from logra.rl.factory import build_optimizer, state_bytes, wrap_policy
 from logra.rl.grpo import AdaptiveKLController, group_advantages, grpo_loss
 from logra.rl.rollout import Rollout, completion_logits, sample, token_logprobs
 
@@ -125,7 +125,7 @@ class Trainer:
         self.reference, _ = load_policy(self.source, dtype)
         self.reference.requires_grad_(False).eval().to(self.device)
         torch.manual_seed(config["seed"])  # LoRA's adapter initialization
-        self.policy = wrap_policy(config["optimizer"], policy, config).to(self.device).eval()
+        self.policy = wrap_model(config["optimizer"], policy, config).to(self.device).eval()
         self.optimizer = build_optimizer(config["optimizer"], self.policy, config)
         if isinstance(self.optimizer, LoGRA):  # the JVP's KL prediction: over every rank's batch
             self.optimizer.process_group = self.dp.group

@@ -1,0 +1,62 @@
+"""Run independent jobs in spawned worker processes, one torch thread each.
+
+Callers that pass `workers` > 1 must run under `if __name__ == "__main__":` when started as a
+script (spawn re-imports the main module).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from typing import Any
+
+from tqdm.auto import tqdm
+
+
+@contextmanager
+def _single_threaded_children() -> Iterator[None]:
+    """Spawned workers inherit OMP_NUM_THREADS=1 (each run also sets one torch thread)."""
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+
+
+def run_jobs(jobs: list[tuple[Callable[..., Any], tuple]], workers: int, desc: str,
+             progress: bool = True) -> list[Any]:
+    """`fn(*args)` of every job, in order; `workers` > 1 runs them in spawned processes.
+
+    Jobs are handed out in the order given (put the longest first). The first failure cancels
+    what has not started and is raised.
+    """
+    results: list[Any] = [None] * len(jobs)
+    bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress)
+    if workers <= 1 or len(jobs) <= 1:
+        for i, (fn, args) in enumerate(jobs):
+            results[i] = fn(*args)
+            bar.update()
+        bar.close()
+        return results
+    context = multiprocessing.get_context("spawn")
+    with _single_threaded_children(), ProcessPoolExecutor(min(workers, len(jobs)),
+                                                          mp_context=context) as pool:
+        futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(jobs)}
+        try:
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                bar.update()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        finally:
+            bar.close()
+    return results

@@ -1,0 +1,256 @@
+"""The optimizer registry: every optimizer the kit trains with, by name, built one way.
+
+Each entry (`OptimizerSpec`) says how to build the optimizer over a model's trainable parameters
+from a settings mapping, which package it needs, its label and colour in figures, and whether
+`rank` sizes its state. Every experiment reads this one table, so adding a baseline is one entry
+here (plus the formula in `logra.memory.state` if its bytes are to be counted from shapes alone).
+
+    adamw        torch.optim.AdamW on every parameter (the dense baseline)
+    adamw8bit    bitsandbytes AdamW8bit (Dettmers et al. 2022): block-wise 8-bit moments
+    adafactor    torch.optim.Adafactor (Shazeer & Stern 2018): factored second moment, no momentum
+    adam-mini    Adam-mini (Zhang et al. 2024; package `adam-mini`): one second moment per block
+                 of heads / neurons; reads dim and head counts from `model.config`
+    galore       GaLoreAdamW (Zhao et al. 2024; `galore-torch`): Adam on an SVD projection of rank
+                 `rank` refreshed every `PROJECTION_GAP` steps, scale `GALORE_SCALE`
+    apollo       APOLLOAdamW (Zhu et al. 2024; `apollo-torch`): random projection of rank `rank`,
+                 channel-wise scaling of the raw gradient, refreshed every `PROJECTION_GAP` steps
+    apollo-mini  APOLLO-Mini: rank 1, one scale per tensor, scale `APOLLO_MINI_SCALE` (the paper's
+                 recipe); `rank` is ignored
+    fira         Fira (Chen et al. 2024; `fira`): GaLore's Adam in the SVD subspace plus the
+                 gradient's residual outside it, scaled per channel, with a norm-growth limiter
+    lora         LoRA adapters through `peft` (rank `lora_rank`, α `lora_alpha`, modules
+                 `lora_targets`), AdamW on the adapters only; the base weights stay frozen
+    naive        RandomProjectionAdam, the fixed one-sided random projection ablation
+    logra        LoGRA (logra.optim) with `rank`, `reconstruction`, `kl_estimator`,
+                 `predicted_kl_threshold` (None turns the KL control off) and `kl_drift_budget`
+    adamw-kl     dense AdamW with LoGRA's predicted-KL step control: LoGRA with `sketch=False`
+
+Settings read: `lr`, `weight_decay`, `seed`, `rank`, and for some entries `reconstruction`,
+`kl_estimator`, `predicted_kl_threshold`, `kl_drift_budget`, `lora_*` (`DEFAULT_SETTINGS` fills
+the optional ones). GaLore, APOLLO and Fira project the 2-D weights of the transformer blocks
+(their published recipes skip embeddings and the output head), and only matrices whose smaller
+side exceeds the rank; every other parameter gets their plain AdamW. Asking for an optimizer whose
+package is not installed is an error saying what to install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from logra.optim import LoGRA, RandomProjectionAdam
+
+PROJECTION_GAP = 200  # GaLore's, APOLLO's and Fira's default refresh interval of the projections
+GALORE_SCALE = 0.25  # GaLore's recipe (α in the paper)
+APOLLO_SCALE = 1.0  # APOLLO's recipe for channel-wise scaling
+APOLLO_MINI_SCALE = 128.0  # APOLLO-Mini's recipe: rank 1, tensor-wise scaling, α = 128
+FIRA_ALPHA = 1.0  # Fira's recipe (the scale of the subspace update)
+DEFAULT_SETTINGS: dict[str, Any] = dict(
+    weight_decay=0.0, seed=0, rank=16, reconstruction="gain", kl_estimator="calibrated",
+    predicted_kl_threshold=None, kl_drift_budget=None, lora_rank=16, lora_alpha=32,
+    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+)
+
+Builder = Callable[[nn.Module, Mapping[str, Any]], Optimizer]
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """One optimizer of the registry."""
+
+    name: str
+    label: str  # in figures and tables
+    color: str  # matplotlib colour, the same in every figure
+    build: Builder  # (model after `wrap_model`, settings) -> optimizer
+    package: tuple[str, str] | None = None  # (module to import, name to pip install)
+    ranked: bool = False  # `rank` sizes its state (sketches, projections, adapters)
+    wraps_model: bool = False  # trains adapters (`wrap_model`), not the model's own weights
+
+
+def _trainable(model: nn.Module) -> list[tuple[str, Tensor]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _adamw(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+    return torch.optim.AdamW([p for _, p in _trainable(model)], lr=s["lr"],
+                             weight_decay=s["weight_decay"])
+
+
+def _adamw8bit(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+    from bitsandbytes.optim import AdamW8bit
+
+    return AdamW8bit([p for _, p in _trainable(model)], lr=s["lr"],
+                     weight_decay=s["weight_decay"])
+
+
+def _adafactor(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+    return torch.optim.Adafactor([p for _, p in _trainable(model)], lr=s["lr"],
+                                 weight_decay=s["weight_decay"])
+
+
+def _adam_mini(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+    from adam_mini import Adam_mini
+
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "num_attention_heads"):
+        raise ValueError("adam-mini needs a transformers model: it reads hidden_size and the "
+                         "head counts from model.config")
+    return Adam_mini(
+        named_parameters=_trainable(model), lr=s["lr"], weight_decay=s["weight_decay"],
+        dim=config.hidden_size, n_heads=config.num_attention_heads,
+        n_kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+        verbose=False,
+    )
+
+
+def _logra(model: nn.Module, s: Mapping[str, Any], sketch: bool = True) -> Optimizer:
+    return LoGRA(
+        _trainable(model), lr=s["lr"], weight_decay=s["weight_decay"], rank=s["rank"],
+        predicted_kl_threshold=s["predicted_kl_threshold"], reconstruction=s["reconstruction"],
+        kl_estimator=s["kl_estimator"], kl_drift_budget=s["kl_drift_budget"], seed=s["seed"],
+        sketch=sketch,
+    )
+
+
+def _naive(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+    return RandomProjectionAdam([p for _, p in _trainable(model)], lr=s["lr"],
+                                weight_decay=s["weight_decay"], rank=s["rank"], seed=s["seed"])
+
+
+def _galore(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+    from galore_torch import GaLoreAdamW
+
+    groups = _projected_groups(model, s["rank"], scale=GALORE_SCALE)
+    return GaLoreAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"],
+                       no_deprecation_warning=True)
+
+
+def _apollo(model: nn.Module, s: Mapping[str, Any], mini: bool = False) -> Optimizer:
+    from apollo_torch import APOLLOAdamW
+
+    rank, scale, scale_type = (1, APOLLO_MINI_SCALE, "tensor") if mini else \
+        (s["rank"], APOLLO_SCALE, "channel")
+    groups = _projected_groups(model, rank, scale=scale, proj="random", scale_type=scale_type)
+    return APOLLOAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"])
+
+
+def _fira(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+    from fira import FiraAdamW
+
+    groups = _projected_groups(model, s["rank"], alpha=FIRA_ALPHA)
+    return FiraAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"],
+                     no_deprecation_warning=True)
+
+
+REGISTRY: dict[str, OptimizerSpec] = {spec.name: spec for spec in (
+    OptimizerSpec("adamw", "AdamW", "black", _adamw),
+    OptimizerSpec("adamw8bit", "8-bit AdamW", "dimgray", _adamw8bit,
+                  package=("bitsandbytes", "bitsandbytes")),
+    OptimizerSpec("adafactor", "Adafactor", "tab:olive", _adafactor),
+    OptimizerSpec("adam-mini", "Adam-mini", "tab:cyan", _adam_mini,
+                  package=("adam_mini", "adam-mini")),
+    OptimizerSpec("galore", "GaLore", "tab:orange", _galore, ranked=True,
+                  package=("galore_torch", "galore-torch")),
+    OptimizerSpec("apollo", "APOLLO", "tab:green", _apollo, ranked=True,
+                  package=("apollo_torch", "apollo-torch")),
+    OptimizerSpec("apollo-mini", "APOLLO-Mini", "yellowgreen",
+                  lambda model, s: _apollo(model, s, mini=True),
+                  package=("apollo_torch", "apollo-torch")),
+    OptimizerSpec("fira", "Fira", "tab:brown", _fira, ranked=True, package=("fira", "fira")),
+    OptimizerSpec("lora", "LoRA", "tab:purple", _adamw, ranked=True, wraps_model=True),
+    OptimizerSpec("naive", "naive projection", "tab:gray", _naive, ranked=True),
+    OptimizerSpec("logra", "LoGRA", "tab:red", _logra, ranked=True),
+    OptimizerSpec("adamw-kl", "AdamW + KL control", "tab:blue",
+                  lambda model, s: _logra(model, s, sketch=False)),
+)}
+OPTIMIZERS = tuple(REGISTRY)
+
+
+def spec(name: str) -> OptimizerSpec:
+    """The registry entry `name`: ValueError naming the valid ones, ImportError naming the
+    missing package."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown optimizer {name!r}; valid optimizers: {list(OPTIMIZERS)}")
+    entry = REGISTRY[name]
+    if entry.package is not None and importlib.util.find_spec(entry.package[0]) is None:
+        raise ImportError(f"optimizer {name!r} needs the package {entry.package[1]!r}: "
+                          f"pip install {entry.package[1]}")
+    return entry
+
+
+def check_optimizer(name: str) -> None:
+    """Raise as `spec` does when `name` cannot be built here."""
+    spec(name)
+
+
+def wrap_model(name: str, model: nn.Module, settings: Mapping[str, Any]) -> nn.Module:
+    """The model to train: LoRA adds `peft` adapters (initialized from the global RNG), the
+    other optimizers train the model as it is."""
+    if not spec(name).wraps_model:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    s = {**DEFAULT_SETTINGS, **settings}
+    lora = LoraConfig(r=s["lora_rank"], lora_alpha=s["lora_alpha"],
+                      target_modules=list(s["lora_targets"]), lora_dropout=0.0, bias="none")
+    return get_peft_model(model, lora)
+
+
+def build_optimizer(name: str, model: nn.Module, settings: Mapping[str, Any]) -> Optimizer:
+    """The optimizer `name` over the trainable parameters of `model` (after `wrap_model`).
+
+    `settings` must hold `lr`; the other keys default to `DEFAULT_SETTINGS`.
+    """
+    entry = spec(name)
+    if "lr" not in settings:
+        raise ValueError(f"settings for optimizer {name!r} have no 'lr'")
+    return entry.build(model, {**DEFAULT_SETTINGS, **settings})
+
+
+def _projected_groups(model: nn.Module, rank: int, **recipe: Any) -> list[dict[str, Any]]:
+    """Param groups for GaLore-style optimizers: the block matrices whose smaller side exceeds
+    `rank` with `rank`, `update_proj_gap`, `proj_type="std"` and `recipe`; every other trainable
+    parameter in a plain group. Empty groups are left out."""
+    modules = (getattr(model, "get_input_embeddings", lambda: None)(),
+               getattr(model, "get_output_embeddings", lambda: None)())  # a bare nn.Module: none
+    embeddings = {id(m.weight) for m in modules if m is not None}
+    low_rank, other = [], []
+    for _, p in _trainable(model):
+        projected = p.dim() == 2 and min(p.shape) > rank and id(p) not in embeddings
+        (low_rank if projected else other).append(p)
+    groups = [{"params": other},
+              {"params": low_rank, "rank": rank, "update_proj_gap": PROJECTION_GAP,
+               "proj_type": "std", **recipe}]
+    return [group for group in groups if group["params"]]
+
+
+def state_bytes(optimizer: Optimizer) -> int:
+    """Bytes of every tensor the optimizer keeps in `optimizer.state`, each counted once.
+
+    Tensors held by objects inside the state (GaLore's, APOLLO's and Fira's projectors keep
+    their projection matrices) count too: they are persistent optimizer memory.
+    """
+    seen: set[int] = set()
+    return sum(t.nbytes for t in _tensors(optimizer.state, seen))
+
+
+def _tensors(value: Any, seen: set[int]) -> Iterator[Tensor]:
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item, seen)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item, seen)
+    elif hasattr(value, "__dict__") and not isinstance(value, type | nn.Module):
+        yield from _tensors(vars(value), seen)
