@@ -44,6 +44,13 @@ def test_nystrom_fails_least_squares_where_gain_succeeds() -> None:
     assert nystrom > 0.05 * first and nystrom > 100 * gain
 
 
+@pytest.mark.parametrize("rule", ["blend", "subspace"])
+def test_momentum_rules_solve_least_squares(rule: str) -> None:
+    """Where the literal Nyström rule fails (tests/test_optim_training.py)."""
+    first, last = least_squares(lambda p: LoGRA(p, lr=1e-2, reconstruction=rule))
+    assert last < 0.05 * first
+
+
 def clusters(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Ten Gaussian clusters in 32 dimensions, overlapping enough that accuracy < 100 %."""
     g = torch.Generator().manual_seed(1234)
@@ -75,6 +82,13 @@ def test_classifier_about_as_well_as_adamw() -> None:
     logra = classifier_accuracy(lambda p: LoGRA(p, lr=3e-3))
     assert 0.85 < adamw < 0.99  # hard enough that a weaker optimizer shows (rank-4 naive: 71 %)
     assert logra >= adamw - 0.03
+
+
+@pytest.mark.parametrize("rule", ["blend", "subspace"])
+def test_momentum_rules_train_the_classifier_about_as_well_as_adamw(rule: str) -> None:
+    adamw = classifier_accuracy(lambda p: torch.optim.AdamW(p, lr=3e-3))
+    ours = classifier_accuracy(lambda p: LoGRA(p, lr=3e-3, reconstruction=rule))
+    assert ours >= adamw - 0.03
 
 
 def causal_lm_loss(tiny_qwen2, opt_factory, steps: int = 150) -> tuple[float, float]:

@@ -15,6 +15,14 @@ rebuilt from the sketches by one of two rules (`reconstruction=`):
     "nystrom"  U = M̂ / (√V̂ + ε),  M̂ = m̂_R (Pᵀ m̂_R)^† m̂_L  (truncated pseudo-inverse, `rtol`),
                V̂_ij = ρ_i κ_j / Σρ from the sketches' second moments (see `sketch.energies`)
 
+Two more rules put the momentum's direction back from the same state, through the projection
+P L = P Pᵀ G onto span(P), which keeps G's columns (`logra.optim.updates`):
+
+    "blend"    U = (G + P (m̂_L − L)) diag(φ), φ_j = ‖u_L[:,j]‖ / max(‖L[:,j]‖, ‖m̂_L[:,j]‖): the
+               gradient with its part in span(P) replaced by the momentum's (a Flora/Fira blend)
+    "subspace" U = P u_L + (G − P L) diag(ζφ), φ_j = ‖u_L[:,j]‖ / ‖L[:,j]‖: Adam inside span(P)
+               plus the scaled residual outside it, ζ Fira's norm-growth limiter (Chen et al. 2024)
+
 and the tentative update is Δ = −lr·(U + λ·W) (decoupled weight decay λ). Parameters that are
 1-D, in a group with `sketch=False`, or too small for a sketch to save memory get AdamW's exact
 update instead. Before any weight changes, the whole step is scaled once:
@@ -99,9 +107,18 @@ from logra.optim.kl import (
     predicted_kl_jvp,
     token_count,
 )
-from logra.optim.updates import DenseUpdate, GainUpdate, NystromUpdate, Update, as_matrix
+from logra.optim.updates import (
+    BlendUpdate,
+    DenseUpdate,
+    GainUpdate,
+    NystromUpdate,
+    SubspaceUpdate,
+    Update,
+    as_matrix,
+)
 
-RECONSTRUCTIONS = ("gain", "nystrom")
+RECONSTRUCTIONS = ("gain", "nystrom", "blend", "subspace")
+NORM_GROWTH_LIMIT = 1.01  # Fira's γ: the "subspace" scaled residual grows ≤ 1 % a step
 KL_ESTIMATORS = ("calibrated", "diag", "jvp")
 
 
@@ -169,7 +186,8 @@ class LoGRA(Optimizer):
             predicted KL(π_before ‖ π_after) a step may cause; None turns the control off.
         seed: seed of the projections; the same on every rank.
         cache_projections: keep P and Q between steps (memory for speed) instead of regenerating.
-        reconstruction: "gain" (default) or "nystrom"; see the module docstring.
+        reconstruction: "gain" (default), "nystrom", "blend" or "subspace"; see the module
+            docstring.
         kl_estimator: how KL̂ is predicted, in nats per token (module docstring):
             "calibrated" (default): an exact JVP probe on a subsample of the batch of
             `attach(model)` or `set_kl_batch`, and between probes (or without a batch, from KLs
@@ -586,6 +604,8 @@ class LoGRA(Optimizer):
             foreach = slot.group["foreach"]
             batched = slot.param.numel() <= BATCH_MAX_NUMEL if foreach is None else foreach
             sketched = self._sketch_shapes(slot) is not None
+            if sketched and slot.group["reconstruction"] in ("blend", "subspace"):
+                batched = False  # no stacked form of these rules (yet)
             state = self.state[slot.param]
             step = int(state["step"].item()) if state else 0
             key = ((id(slot.group), sketched, tuple(slot.param.shape) if sketched else (), step,
@@ -705,9 +725,36 @@ class LoGRA(Optimizer):
                 row_gain.neg_()  # D = √s ⊙ (−G) ⊙ √c on the unnegated gradient
             return GainUpdate(grad=as_matrix(slot.grad), row_gain=row_gain, col_gain=col_gain,
                               **common)
-        left = m_R / bias1
-        right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"], reduce)
-        return NystromUpdate(left=left, right=right, eps=group["eps"], **common)
+        if group["reconstruction"] == "nystrom":
+            left = m_R / bias1
+            right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"], reduce)
+            return NystromUpdate(left=left, right=right, eps=group["eps"], **common)
+        m_hat = m_L / bias1
+        u_L = m_hat / (v_L / bias2).sqrt_().add_(group["eps"])
+        moves = dict(grad=as_matrix(slot.grad), grad_sign=-1.0 if group["maximize"] else 1.0,
+                     P=P, **common)
+        if group["reconstruction"] == "blend":
+            scale = sk.column_scale(u_L, torch.maximum(L.norm(dim=0), m_hat.norm(dim=0)))
+            return BlendUpdate(left_gap=m_hat - L, col_scale=scale, **moves)
+        scale = sk.column_scale(u_L, L.norm(dim=0))
+        scale *= self._limit_residual(slot, state, L, scale)
+        return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
+
+    def _limit_residual(self, slot: _Slot, state: dict, L: Tensor, scale: Tensor) -> float:
+        """Fira's norm-growth limiter ζ of the "subspace" rule's scaled residual S = (G − P L)φ:
+        ζ = min(1, γ ‖S_prev‖ / ‖S‖); ‖ζS‖ is remembered (a float) for the next step.
+
+        ‖S‖² = Σ_j φ_j² (‖G[:,j]‖² − ‖L[:,j]‖²), P Pᵀ being an orthogonal projection: one pass
+        over G for its column norms, no m×n temporary.
+        """
+        columns = reducer(slot.shard)(as_matrix(slot.grad).float().square().sum(dim=0))
+        norm = math.sqrt(float((columns - L.square().sum(dim=0)).clamp_min_(0) @ scale.square()))
+        previous = state.get("residual_norm", 0.0)
+        limit = 1.0
+        if previous > 0 and norm > NORM_GROWTH_LIMIT * previous:
+            limit = NORM_GROWTH_LIMIT * previous / norm
+        state["residual_norm"] = norm * limit
+        return limit
 
     def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor) -> None:
         """Carry the moments from the previous epoch's projections into P, Q (P: this rank's

@@ -6,11 +6,19 @@ needs Δ twice, first for the predicted KL (Σ F Δ²) and then to apply γΔ. E
 computed where it is used, so no m×n temporary exists and the block stays in cache:
 
     Gain:     Δ_b = −lr · (s_b ⊙ G_b ⊙ c  + λ W_b)                       (s, c: row/column gains)
+    Blend:    Δ_b = −lr · ((G_b + P_b (m̂_L − L)) ⊙ φ + λ W_b)               (φ: column scales)
+    Subspace: Δ_b = −lr · (P_b u_L + (G_b − P_b L) ⊙ ζφ + λ W_b)
     Nyström:  Δ_b = −lr · ((m̂_R)_b (C^† m̂_L) / (√(ρ_b κᵀ/Σρ) + ε) + λ W_b)
     Dense:    Δ_b = −lr · ((m̂)_b / (√(v̂)_b + ε) + λ W_b)                 (AdamW)
 
 Every rule also gives its diagonal Fisher weight for Σ_ij F_ij Δ_ij²: the rank-1 second moment
 V̂ = ρκᵀ/Σρ for the sketched rules, Adam's v̂ for the dense one.
+
+Blend and Subspace work on the left sketch only: P L = P Pᵀ G is the orthogonal projection of G
+onto span(P), and since it keeps G's columns (a zero column of G stays zero), per-column scales
+taken from the sketch can multiply the residual G − P L safely. (The two-sided projection
+P Pᵀ G + (I − P Pᵀ) G Q Qᵀ mixes columns through Q: a column of G with no gradient gets a residual
+there, and its scale, a ratio with a zero gradient norm, blows it up.)
 """
 
 from __future__ import annotations
@@ -142,3 +150,50 @@ class DenseUpdate(Update):
 
     def fisher_sq(self, rows: slice, delta: Tensor) -> Tensor:
         return (delta.square() * self.exp_avg_sq[rows]).sum() / self.bias2
+
+
+
+@dataclass(kw_only=True)
+class BlendUpdate(RankOneFisher, Update):
+    """U = (G + P (m̂_L − L)) diag(φ): the current gradient with its part in span(P) replaced by
+    the momentum's (Flora/Fira-style: momentum where the state holds it, the gradient elsewhere),
+    each column scaled by φ_j = ‖u_L[:,j]‖ / max(‖L[:,j]‖, ‖m̂_L[:,j]‖). With maximize, G and the
+    sketches are of the negated gradient.
+    """
+
+    grad: Tensor  # m×n gradient (any float dtype)
+    grad_sign: float  # −1 under maximize
+    P: Tensor  # m×k (this shard's rows)
+    left_gap: Tensor  # m̂_L − L, k×n
+    col_scale: Tensor  # φ, (n,)
+
+    def __post_init__(self) -> None:
+        self._col_factor = self.col_scale * -self.lr
+
+    def scaled_direction(self, rows: slice) -> Tensor:
+        block = self.grad[rows].float().mul(self.grad_sign)  # a new tensor: G stays as it is
+        return block.addmm_(self.P[rows], self.left_gap).mul_(self._col_factor)
+
+
+@dataclass(kw_only=True)
+class SubspaceUpdate(RankOneFisher, Update):
+    """U = P u_L + (G − P L) diag(ζφ)  (Fira, Chen et al. 2024, on the left sketch).
+
+    P u_L is Adam's direction u = m̂/(√v̂+ε) of the left sketch mapped back (as GaLore and Fira map
+    their projected Adam update back); G − P L is the gradient outside span(P), each column
+    scaled by Fira's φ_j = ‖u_L[:,j]‖ / ‖L[:,j]‖ and by the norm-growth limiter ζ ≤ 1. With
+    maximize, G and the sketches are of the negated gradient.
+    """
+
+    grad: Tensor  # m×n gradient (any float dtype)
+    grad_sign: float  # −1 under maximize
+    P: Tensor  # m×k (this shard's rows)
+    left_adam: Tensor  # u_L, k×n
+    left_grad: Tensor  # L, k×n
+    col_scale: Tensor  # ζφ, (n,)
+
+    def scaled_direction(self, rows: slice) -> Tensor:
+        P = self.P[rows]
+        block = self.grad[rows].float().mul(self.grad_sign)
+        block.addmm_(P, self.left_grad, alpha=-1.0).mul_(self.col_scale)
+        return block.addmm_(P, self.left_adam).mul_(-self.lr)
