@@ -17,6 +17,7 @@ NOTEBOOKS: dict[str, str] = {
     "03_kl_trajectories": "kl_trajectories",
     "04_optimizer_comparison": "comparison",
     "09_kl_control": "kl_control",
+    "10_training_quality": "training_quality",
     "05_long_horizon": "long_horizon",
     "06_rare_tokens": "rare_tokens",
     "08_communication": "communication",

@@ -1,0 +1,466 @@
+"""Training quality: byte-level language-model pretraining on real text with every optimizer.
+
+The question a researcher asks of a memory-efficient optimizer first: at equal optimizer-state
+memory, how close to AdamW's held-out loss does it get? The protocol, the same for every
+optimizer of `methods` (each an entry of `logra.optimizers` with its settings):
+
+    model     a `transformers` Llama causal LM with the config's width and depth, bytes in and
+              out (vocabulary 256), initialized from the seed
+    data      `logra.data.text`: Shakespeare's plays as UTF-8 bytes; whole plays held out for
+              validation (choosing the learning rate) and for test (the reported loss)
+    schedule  `steps` AdamW-style steps on `batch_size` random windows of `context` bytes, linear
+              warm-up then cosine decay to `min_lr_ratio`·lr, gradients clipped to norm `clip`;
+              the same windows in the same order for every optimizer of a seed
+    sweep     each optimizer's `lrs` at `sweep_seed`, the best on the validation plays chosen;
+              a best at the edge of the grid extends the grid by one factor-`lr_step` value
+              (at most `max_extensions` times), so no chosen rate is an edge
+    seeds     every optimizer at its chosen rate on each of `seeds` (init and data order)
+    ranks     the sketched optimizers of `rank_methods` at `ranks` (chosen rate, `sweep_seed`)
+
+Per run: validation loss every `eval_every` steps, test loss at the end (nats per byte, on fixed
+windows), the bytes of tensors in the optimizer's state (`logra.optimizers.state_bytes`), and
+the median step time. Runs are cached under <results_dir>/training_quality/ by their settings
+and `VERSION`, written atomically, so a rerun or an added optimizer redoes only what is missing.
+The comparison with AdamW is paired by seed: each optimizer's test loss minus AdamW's on the same
+seed, with a 95 % t interval over the seeds; an interval that holds 0 is "no difference".
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from logra import io
+from logra.data.text import (
+    VOCAB_SIZE,
+    Corpus,
+    evaluation_starts,
+    load_corpus,
+    training_batches,
+    windows,
+)
+from logra.experiments.config import ConfigError, load_config
+from logra.experiments.jobs import run_jobs
+from logra.optimizers import REGISTRY, build_optimizer, spec, state_bytes, wrap_model
+
+EXPERIMENT = "training_quality"
+NOTEBOOK = "10_training_quality"
+VERSION = 1  # bump when a change to the training code changes what a cached run would hold
+REFERENCE = "adamw"
+T_95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262}  # two-sided 95 % Student t quantiles by degrees of freedom
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a method (key of `methods`) at a learning rate, seed and rank."""
+
+    method: str
+    lr: float
+    seed: int
+    rank: int
+    study: str  # "sweep", "seeds" or "ranks"
+
+
+def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
+    """experiments/training_quality.yaml at `scale`, checked before any compute."""
+    cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
+    methods = cfg["methods"]
+    if REFERENCE not in methods:
+        raise ConfigError(f"methods must include {REFERENCE!r}, the reference")
+    for name, method in methods.items():
+        if method.get("optimizer") not in REGISTRY:
+            raise ConfigError(f"method {name!r}: optimizer must be one of {list(REGISTRY)}, "
+                              f"got {method.get('optimizer')!r}")
+        spec(method["optimizer"])  # the package is installed
+        lrs = method.get("lrs")
+        if not lrs or not all(isinstance(lr, int | float) and lr > 0 for lr in lrs):
+            raise ConfigError(f"method {name!r}: lrs must be a list of positive numbers")
+    unknown = sorted(set(cfg["rank_methods"]) - set(methods))
+    if unknown:
+        raise ConfigError(f"rank_methods {unknown} are not in methods {list(methods)}")
+    unranked = [m for m in cfg["rank_methods"] if not REGISTRY[methods[m]["optimizer"]].ranked]
+    if unranked:
+        raise ConfigError(f"rank_methods {unranked}: their state does not depend on a rank")
+    if cfg["sweep_seed"] not in cfg["seeds"]:
+        raise ConfigError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
+    return cfg
+
+
+def label(cfg: dict[str, Any], method: str) -> str:
+    """The method's name in figures: the registry's label, with its LoGRA rule if any."""
+    entry = cfg["methods"][method]
+    rule = entry.get("reconstruction")
+    return REGISTRY[entry["optimizer"]].label + (f" ({rule})" if rule else "")
+
+
+def color(cfg: dict[str, Any], method: str) -> str:
+    entry = cfg["methods"][method]
+    rules = ("gain", "nystrom", "blend", "subspace")
+    shades = dict(zip(rules, ("tab:red", "lightcoral", "darkred", "tab:pink"), strict=True))
+    return shades.get(entry.get("reconstruction"), REGISTRY[entry["optimizer"]].color)
+
+
+# ------------------------------------------------------------------------------ one run
+
+def build_model(cfg: dict[str, Any], seed: int) -> nn.Module:
+    """A byte-level Llama causal LM from `transformers`, initialized from `seed`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model_config = LlamaConfig(
+        vocab_size=VOCAB_SIZE, hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["layers"],
+        num_attention_heads=cfg["heads"], num_key_value_heads=cfg["heads"],
+        max_position_embeddings=cfg["context"], tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(model_config)
+
+
+def _schedule(cfg: dict[str, Any]):
+    warmup, steps, floor = cfg["warmup_steps"], cfg["steps"], cfg["min_lr_ratio"]
+
+    def factor(step: int) -> float:  # multiplies lr before step `step` + 1
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return factor
+
+
+@torch.no_grad()
+def heldout_loss(model: nn.Module, tokens: torch.Tensor, starts: torch.Tensor, context: int,
+                 batch_size: int) -> float:
+    """Mean next-byte loss (nats) over the windows at `starts`."""
+    model.eval()
+    total, count = 0.0, 0
+    for chunk in starts.split(batch_size):
+        inputs, targets = windows(tokens, chunk, context)
+        logits = model(input_ids=inputs).logits
+        total += nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                             reduction="sum").item()
+        count += targets.numel()
+    model.train()
+    return total / count
+
+
+@functools.lru_cache(maxsize=2)
+def _corpus(source: str, heldout: str) -> Corpus:
+    """The corpus, read once per process (a worker trains many runs)."""
+    return load_corpus(source, json.loads(heldout))
+
+
+def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+    """What determines a run's result (its cache key)."""
+    keys = ("corpus", "heldout", "hidden_size", "intermediate_size", "layers", "heads", "context",
+            "batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
+            "eval_every", "validation_windows", "test_windows")
+    return dict(version=VERSION, method=cfg["methods"][run.method], lr=run.lr, seed=run.seed,
+                rank=run.rank, **{k: cfg[k] for k in keys})
+
+
+def run_path(cfg: dict[str, Any], run: Run) -> Path:
+    digest = hashlib.sha256(json.dumps(settings(cfg, run), sort_keys=True).encode()).hexdigest()
+    return Path(cfg["results_dir"]) / EXPERIMENT / f"{run.method}-{digest[:16]}.json"
+
+
+def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+    """Train one run (or read its cached result): its curves, test loss, bytes and step time."""
+    path = run_path(cfg, run)
+    if path.exists():
+        return json.loads(path.read_text())
+    torch.set_num_threads(cfg["threads"])
+    corpus = _corpus(cfg["corpus"], json.dumps(cfg["heldout"], sort_keys=True))
+    method = dict(cfg["methods"][run.method])
+    name = method.pop("optimizer")
+    method.pop("lrs")
+    options = dict(lr=run.lr, weight_decay=cfg["weight_decay"], seed=run.seed, rank=run.rank,
+                   lora_rank=run.rank, lora_alpha=2 * run.rank, **method)
+    model = wrap_model(name, build_model(cfg, run.seed), options)
+    optimizer = build_optimizer(name, model, options)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(cfg))
+    context = cfg["context"]
+    starts = training_batches(corpus.train, cfg["steps"], cfg["batch_size"], context, run.seed)
+    evals = {split: evaluation_starts(corpus.split(split), cfg[f"{split}_windows"], context)
+             for split in ("validation", "test")}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    def evaluate(split: str) -> float:
+        return heldout_loss(model, corpus.split(split), evals[split], context, cfg["batch_size"])
+
+    curve = [dict(step=0, train_loss=math.nan, validation_loss=evaluate("validation"))]
+    seconds, losses = [], []
+    for step in range(1, cfg["steps"] + 1):
+        inputs, targets = windows(corpus.train, starts[step - 1], context)
+        start = time.perf_counter()
+        logits = model(input_ids=inputs).logits
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, cfg["clip"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        schedule.step()
+        seconds.append(time.perf_counter() - start)
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]):
+            break
+        if step % cfg["eval_every"] == 0 or step == cfg["steps"]:
+            curve.append(dict(step=step, train_loss=statistics.fmean(losses[-cfg["eval_every"]:]),
+                              validation_loss=evaluate("validation")))
+    diverged = not math.isfinite(losses[-1])
+    result = dict(
+        **asdict(run), label=label(cfg, run.method), diverged=diverged, curve=curve,
+        validation_loss=math.inf if diverged else curve[-1]["validation_loss"],
+        test_loss=math.inf if diverged else evaluate("test"),
+        state_bytes=state_bytes(optimizer),
+        trainable=sum(p.numel() for p in trainable),
+        step_ms=1000 * statistics.median(seconds[min(5, len(seconds) - 1):]),
+        threads=cfg["threads"],
+    )
+    io.write_json(path, result)
+    return result
+
+
+# ------------------------------------------------------------------------------ the plan
+
+def _jobs(cfg: dict[str, Any], runs: list[Run], progress: bool, desc: str) -> list[dict]:
+    return run_jobs([(train, (cfg, r)) for r in runs], cfg["workers"], desc, progress=progress)
+
+
+def _best(results: list[dict], method: str) -> dict:
+    mine = [r for r in results if r["method"] == method and r["study"] == "sweep"]
+    return min(mine, key=lambda r: (r["validation_loss"], r["lr"]))
+
+
+def sweep(cfg: dict[str, Any], progress: bool = True) -> list[dict]:
+    """Every method's learning-rate sweep at `sweep_seed`, extended past any edge optimum."""
+    seed, rank = cfg["sweep_seed"], cfg["rank"]
+    runs = [Run(m, float(lr), seed, rank, "sweep") for m, e in cfg["methods"].items()
+            for lr in e["lrs"]]
+    results = _jobs(cfg, runs, progress, f"{EXPERIMENT} sweep")
+    for _ in range(cfg["max_extensions"]):
+        extra = []
+        for method in cfg["methods"]:
+            lrs = sorted(r["lr"] for r in results if r["method"] == method)
+            best = _best(results, method)["lr"]
+            if best == lrs[0] and len(lrs) > 1:
+                extra.append(Run(method, lrs[0] / cfg["lr_step"], seed, rank, "sweep"))
+            elif best == lrs[-1] and len(lrs) > 1:
+                extra.append(Run(method, lrs[-1] * cfg["lr_step"], seed, rank, "sweep"))
+        if not extra:
+            break
+        results += _jobs(cfg, extra, progress, f"{EXPERIMENT} sweep extension")
+    return results
+
+
+def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+    """Sweep, then seeds and ranks at each method's chosen rate: one row per run."""
+    results = sweep(cfg, progress)
+    chosen = {m: _best(results, m)["lr"] for m in cfg["methods"]}
+    later = [Run(m, chosen[m], s, cfg["rank"], "seeds") for m in cfg["methods"]
+             for s in cfg["seeds"] if s != cfg["sweep_seed"]]
+    later += [Run(m, chosen[m], cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
+              for r in cfg["ranks"] if r != cfg["rank"]]
+    results += _jobs(cfg, later, progress, f"{EXPERIMENT} seeds and ranks")
+    frame = pd.DataFrame(results)
+    frame["chosen"] = frame["lr"] == frame["method"].map(chosen)
+    return frame
+
+
+def final_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """Runs at each method's chosen rate and the base rank, one per seed."""
+    base_rank = frame.loc[frame["study"] != "ranks", "rank"].iloc[0]
+    final = frame[frame["chosen"] & (frame["rank"] == base_rank)]
+    return final.drop_duplicates(["method", "seed"])
+
+
+# ------------------------------------------------------------------------------ tables
+
+def _interval(differences: np.ndarray) -> tuple[float, float]:
+    """Mean and 95 % t half-width of paired differences (nan half-width for one seed)."""
+    n = len(differences)
+    if n < 2:
+        return float(differences.mean()), math.nan
+    t = T_95.get(n - 1, 1.96)
+    return float(differences.mean()), t * float(differences.std(ddof=1)) / math.sqrt(n)
+
+
+def _verdict(mean: float, half: float) -> str:
+    if math.isnan(half):
+        return "one seed: no test"
+    if abs(mean) <= half:
+        return "no difference"
+    return "lower than AdamW" if mean < 0 else "higher than AdamW"
+
+
+def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """One row per method at its chosen rate: test loss over seeds, paired against AdamW's."""
+    final = final_runs(frame)
+    reference = final[final["method"] == REFERENCE].set_index("seed")
+    sweep_runs = frame[frame["study"] == "sweep"]
+    rows = []
+    for method in cfg["methods"]:
+        mine = final[final["method"] == method].set_index("seed")
+        seeds = mine.index.intersection(reference.index)
+        diff = (mine.loc[seeds, "test_loss"] - reference.loc[seeds, "test_loss"]).to_numpy()
+        mean_diff, half = _interval(diff)
+        lrs = sorted(sweep_runs.loc[sweep_runs["method"] == method, "lr"])
+        lr = float(mine["lr"].iloc[0])
+        rows.append({
+            "optimizer": label(cfg, method),
+            "best lr": lr,
+            "lr at grid edge": lr in (lrs[0], lrs[-1]),
+            "test loss": mine["test_loss"].mean(),
+            "± sd": mine["test_loss"].std(ddof=1) if len(mine) > 1 else math.nan,
+            "seeds": len(mine),
+            "loss / AdamW": float((mine.loc[seeds, "test_loss"]
+                                   / reference.loc[seeds, "test_loss"]).mean()),
+            "Δ vs AdamW (95 % CI)": (f"{mean_diff:+.4f} ± {half:.4f}" if not math.isnan(half)
+                                     else f"{mean_diff:+.4f}"),
+            "verdict": "reference" if method == REFERENCE else _verdict(mean_diff, half),
+            "state MB": mine["state_bytes"].mean() / 1e6,
+            "state / AdamW": mine["state_bytes"].mean() / reference["state_bytes"].mean(),
+            "step ms": mine["step_ms"].median(),
+            "time / AdamW": mine["step_ms"].median() / reference["step_ms"].median(),
+        })
+    return pd.DataFrame(rows)
+
+
+def sweep_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Every learning rate tried, at the sweep seed."""
+    runs = frame[frame["study"] == "sweep"].sort_values(["method", "lr"])
+    table = runs[["label", "lr", "validation_loss", "test_loss", "diverged", "chosen"]]
+    order = {m: i for i, m in enumerate(cfg["methods"])}
+    table = table.assign(order=runs["method"].map(order)).sort_values(["order", "lr"])
+    return table.drop(columns="order").rename(columns={
+        "label": "optimizer", "validation_loss": "validation loss", "test_loss": "test loss"})
+
+
+def rank_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """The rank-sized optimizers at every rank (chosen rate, sweep seed)."""
+    rows = frame[frame["method"].isin(cfg["rank_methods"]) & frame["chosen"]
+                 & (frame["seed"] == cfg["sweep_seed"])].drop_duplicates(["method", "rank"])
+    rows = rows.sort_values(["method", "rank"])
+    reference = frame[(frame["method"] == REFERENCE) & frame["chosen"]
+                      & (frame["seed"] == cfg["sweep_seed"])].iloc[0]
+    return pd.DataFrame({
+        "optimizer": rows["label"], "rank": rows["rank"], "state MB": rows["state_bytes"] / 1e6,
+        "state / AdamW": rows["state_bytes"] / reference["state_bytes"],
+        "test loss": rows["test_loss"], "loss / AdamW": rows["test_loss"] / reference["test_loss"],
+    })
+
+
+def equal_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Each rank-sized optimizer's test loss at the state bytes of `headline` at the base rank,
+    interpolated in log bytes between its ranks (nan outside the ranks it ran)."""
+    ranks = rank_table(frame, cfg)
+    headline = label(cfg, cfg["headline"])
+    target = ranks.loc[(ranks["optimizer"] == headline) & (ranks["rank"] == cfg["rank"]),
+                       "state MB"].iloc[0]
+    rows = []
+    for name, rows_of in ranks.groupby("optimizer", sort=False):
+        x, y = np.log(rows_of["state MB"].to_numpy()), rows_of["test loss"].to_numpy()
+        order = np.argsort(x)
+        inside = x.min() <= math.log(target) <= x.max()
+        loss = float(np.interp(math.log(target), x[order], y[order])) if inside else math.nan
+        rows.append({"optimizer": name, f"test loss at {target:.3g} MB": loss})
+    return pd.DataFrame(rows)
+
+
+def goal(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
+    """The issue's goal, checked: `headline` within `goal_ratio` of AdamW's test loss with at
+    most `goal_state` of its state, and ahead of GaLore and APOLLO at equal bytes."""
+    table = summary(frame, cfg).set_index("optimizer")
+    row = table.loc[label(cfg, cfg["headline"])]
+    close = row["loss / AdamW"] <= 1 + cfg["goal_ratio"]
+    small = row["state / AdamW"] <= cfg["goal_state"]
+    at_bytes = equal_bytes(frame, cfg).set_index("optimizer").iloc[:, 0]
+    mine = at_bytes.get(label(cfg, cfg["headline"]), math.nan)
+    others = {k: v for k, v in at_bytes.items() if k in ("GaLore", "APOLLO")}
+    ahead = bool(others) and all(mine < v for v in others.values() if not math.isnan(v))
+    return (f"{label(cfg, cfg['headline'])}: loss/AdamW {row['loss / AdamW']:.4f} "
+            f"({'within' if close else 'outside'} {cfg['goal_ratio']:.0%}), state/AdamW "
+            f"{row['state / AdamW']:.3f} ({'≤' if small else '>'} {cfg['goal_state']:.0%}); "
+            f"at equal bytes {mine:.4f} vs "
+            + ", ".join(f"{k} {v:.4f}" for k, v in others.items())
+            + f" ({'ahead' if ahead else 'not ahead'}, one seed)")
+
+
+# ------------------------------------------------------------------------------ figures
+
+def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Validation loss against step at each method's chosen rate (mean over seeds)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    final = final_runs(frame)
+    for method in cfg["methods"]:
+        curves = [pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"]]
+        mean = pd.concat(curves).groupby("step")["validation_loss"].mean()
+        ax.plot(mean.index, mean.to_numpy(), label=label(cfg, method), color=color(cfg, method),
+                lw=2 if method in (REFERENCE, cfg["headline"]) else 1.2)
+    reference = final_runs(frame).query("method == @REFERENCE")["test_loss"].mean()
+    ax.set_ylim(reference - 0.1, reference + 1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss (nats / byte)")
+    ax.set_title(f"Byte-level LM on Shakespeare, {cfg['steps']} steps, each at its best lr")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Test loss against optimizer-state bytes: every method (seed mean ± sd) and the
+    rank-sized ones at every rank."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    table = summary(frame, cfg)
+    for method, row in zip(cfg["methods"], table.to_dict("records"), strict=True):
+        ax.errorbar(row["state MB"], row["test loss"],
+                    yerr=0 if math.isnan(row["± sd"]) else row["± sd"], fmt="o",
+                    color=color(cfg, method), label=row["optimizer"], capsize=3)
+    ranks = rank_table(frame, cfg)
+    for method in cfg["rank_methods"]:
+        rows = ranks[ranks["optimizer"] == label(cfg, method)]
+        ax.plot(rows["state MB"], rows["test loss"], "--", color=color(cfg, method), lw=1)
+        for r in rows.to_dict("records"):
+            ax.annotate(f"r{r['rank']}", (r["state MB"], r["test loss"]), fontsize=6,
+                        xytext=(2, 2), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("optimizer state (MB, measured)")
+    ax.set_ylabel("test loss (nats / byte)")
+    reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
+    ax.set_ylim(reference - 0.05, reference + 0.6)
+    ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Validation loss against learning rate for every method (sweep seed)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    runs = frame[frame["study"] == "sweep"]
+    for method in cfg["methods"]:
+        rows = runs[runs["method"] == method].sort_values("lr")
+        ax.plot(rows["lr"], rows["validation_loss"].clip(upper=10), "o-", ms=3,
+                color=color(cfg, method), label=label(cfg, method))
+    ax.set_xscale("log")
+    reference = runs.loc[runs["method"] == REFERENCE, "validation_loss"].min()
+    ax.set_ylim(reference - 0.1, reference + 1.5)
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("validation loss (nats / byte)")
+    ax.set_title("Each optimizer's own learning-rate sweep")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig

