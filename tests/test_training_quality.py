@@ -129,35 +129,49 @@ def test_paired_interval_and_verdict() -> None:
 def executed(tmp_path_factory, corpus_dir):
     out = tmp_path_factory.mktemp("training_quality")
     notebooks.execute(tq.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                    "corpus": str(corpus_dir), "results_dir": str(out)},
+                                    "corpus": str(corpus_dir), "results_dir": str(out),
+                                    "data_dir": str(tmp_path_factory.mktemp("data"))},
                       executed_dir=out)
     return out
 
 
-def test_notebook_writes_the_comparison(executed) -> None:
+@pytest.mark.parametrize("task", ["text", "sft"])
+def test_notebook_writes_the_comparison(executed, task) -> None:
     out = executed
     assert notebooks.NOTEBOOKS[tq.NOTEBOOK] == tq.EXPERIMENT
-    cfg = tq.config("smoke")
+    cfg = tq.config("smoke", task=task)
     for name in ("pareto", "curves", "sweep"):
-        assert (out / f"training_quality_{name}.png").stat().st_size > 5000
-    summary = pd.read_csv(out / "training_quality.csv")
+        assert (out / f"{tq.output_name(cfg, name)}.png").stat().st_size > 5000
+    summary = pd.read_csv(out / f"{tq.output_name(cfg)}.csv")
     assert len(summary) == len(cfg["methods"])
     assert (summary["seeds"] == len(cfg["seeds"])).all()
     adamw = summary[summary["optimizer"] == "AdamW"].iloc[0]
     assert adamw["loss / AdamW"] == 1.0 and adamw["verdict"] == "reference"
     logra = summary[summary["optimizer"] == "LoGRA (gain)"].iloc[0]
-    assert 0 < logra["state / AdamW"] < 1 and logra["test loss"] < math.log(256)
-    ranks = pd.read_csv(out / "training_quality_ranks.csv")
+    assert 0 < logra["state / AdamW"] < 1 and 0 < logra["test loss"] < math.log(256)
+    ranks = pd.read_csv(out / f"{tq.output_name(cfg, 'ranks')}.csv")
     assert len(ranks) == len(cfg["rank_methods"]) * len(cfg["ranks"])
     by_rank = ranks[ranks["optimizer"] == "LoGRA (gain)"].sort_values("rank")
     assert by_rank["state MB"].is_monotonic_increasing
-    sweep = pd.read_csv(out / "training_quality_sweep.csv")
+    sweep = pd.read_csv(out / f"{tq.output_name(cfg, 'sweep')}.csv")
     assert sweep["chosen"].sum() == len(cfg["methods"])
+
+
+def test_the_benchmarks_cache_apart(tmp_path) -> None:
+    text_cfg = tq.config("smoke", results_dir=str(tmp_path))
+    sft_cfg = tq.config("smoke", task="sft", results_dir=str(tmp_path))
+    run = tq.Run("adamw", 1e-3, 0, 4, "sweep")
+    assert tq.run_path(text_cfg, run) != tq.run_path(sft_cfg, run)
+    assert tq.run_path(sft_cfg, run).name.startswith("sft-adamw-")
+    assert tq.settings(text_cfg, run)["corpus"] == "shakespeare" and "task" not in tq.settings(
+        text_cfg, run)
+    with pytest.raises(ConfigError, match="task must be one of"):
+        tq.config("smoke", task="rl")
 
 
 def test_a_cached_run_is_read_not_retrained(executed, monkeypatch, corpus_dir) -> None:
     cfg = tq.config("smoke", corpus=str(corpus_dir), results_dir=str(executed))
-    monkeypatch.setattr(tq, "build_model", lambda *a: pytest.fail("retrained a cached run"))
+    monkeypatch.setattr(tq, "benchmark", lambda *a: pytest.fail("retrained a cached run"))
     result = tq.train(cfg, tq.Run("adamw", 1e-3, 0, cfg["rank"], "sweep"))
     assert result["test_loss"] > 0 and len(result["curve"]) >= 2
 

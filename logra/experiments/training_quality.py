@@ -27,7 +27,6 @@ seed, with a 95 % t interval over the seeds; an interval that holds 0 is "no dif
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -41,19 +40,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from torch import nn
 
 from logra import io
-from logra.data.text import (
-    VOCAB_SIZE,
-    Corpus,
-    evaluation_starts,
-    load_corpus,
-    training_batches,
-    windows,
-)
 from logra.experiments.config import ConfigError, load_config
 from logra.experiments.jobs import run_jobs
+from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
 from logra.optimizers import REGISTRY, build_optimizer, spec, state_bytes, wrap_model
 
 EXPERIMENT = "training_quality"
@@ -78,6 +69,14 @@ class Run:
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     """experiments/training_quality.yaml at `scale`, checked before any compute."""
     cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
+    if cfg["task"] not in TASKS:
+        raise ConfigError(f"task must be one of {list(TASKS)}, got {cfg['task']!r}")
+    if cfg["task"] == "sft":  # the SFT benchmark's own schedule, then the caller's overrides
+        unknown = sorted(set(cfg["sft_overrides"]) - set(cfg))
+        if unknown:
+            raise ConfigError(f"sft_overrides: unknown keys {unknown}")
+        cfg.update(cfg["sft_overrides"])
+        cfg.update({k: v for k, v in overrides.items() if v is not None})
     methods = cfg["methods"]
     if REFERENCE not in methods:
         raise ConfigError(f"methods must include {REFERENCE!r}, the reference")
@@ -100,6 +99,24 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     return cfg
 
 
+def output_name(cfg: dict[str, Any], suffix: str = "") -> str:
+    """figures/ name of a table or figure: training_quality[_sft][_suffix]."""
+    task = "" if cfg["task"] == "text" else f"_{cfg['task']}"
+    return f"{EXPERIMENT}{task}{'_' + suffix if suffix else ''}"
+
+
+def describe(cfg: dict[str, Any]) -> str:
+    """One line: the benchmark, the model, the token budget and the seeds."""
+    if cfg["task"] == "text":
+        what = (f"text: Llama {cfg['layers']}×{cfg['hidden_size']} on bytes, "
+                f"{cfg['steps']} steps × {cfg['batch_size']} windows of {cfg['context']} bytes")
+    else:
+        what = (f"sft: {cfg['sft_model']} architecture on gsm-synth solutions, "
+                f"{cfg['steps']} steps × {cfg['batch_size']} sequences")
+    return (f"{what}; {len(cfg['methods'])} optimizers, seeds {cfg['seeds']}, "
+            f"{cfg['workers']} worker(s)")
+
+
 def label(cfg: dict[str, Any], method: str) -> str:
     """The method's name in figures: the registry's label, with its LoGRA rule if any."""
     entry = cfg["methods"][method]
@@ -116,20 +133,6 @@ def color(cfg: dict[str, Any], method: str) -> str:
 
 # ------------------------------------------------------------------------------ one run
 
-def build_model(cfg: dict[str, Any], seed: int) -> nn.Module:
-    """A byte-level Llama causal LM from `transformers`, initialized from `seed`."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    model_config = LlamaConfig(
-        vocab_size=VOCAB_SIZE, hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["layers"],
-        num_attention_heads=cfg["heads"], num_key_value_heads=cfg["heads"],
-        max_position_embeddings=cfg["context"], tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(model_config)
-
-
 def _schedule(cfg: dict[str, Any]):
     warmup, steps, floor = cfg["warmup_steps"], cfg["steps"], cfg["min_lr_ratio"]
 
@@ -141,40 +144,19 @@ def _schedule(cfg: dict[str, Any]):
     return factor
 
 
-@torch.no_grad()
-def heldout_loss(model: nn.Module, tokens: torch.Tensor, starts: torch.Tensor, context: int,
-                 batch_size: int) -> float:
-    """Mean next-byte loss (nats) over the windows at `starts`."""
-    model.eval()
-    total, count = 0.0, 0
-    for chunk in starts.split(batch_size):
-        inputs, targets = windows(tokens, chunk, context)
-        logits = model(input_ids=inputs).logits
-        total += nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
-                                             reduction="sum").item()
-        count += targets.numel()
-    model.train()
-    return total / count
-
-
-@functools.lru_cache(maxsize=2)
-def _corpus(source: str, heldout: str) -> Corpus:
-    """The corpus, read once per process (a worker trains many runs)."""
-    return load_corpus(source, json.loads(heldout))
-
-
 def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     """What determines a run's result (its cache key)."""
-    keys = ("corpus", "heldout", "hidden_size", "intermediate_size", "layers", "heads", "context",
-            "batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
-            "eval_every", "validation_windows", "test_windows")
+    schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
+                "eval_every")
+    data = TEXT_KEYS if cfg["task"] == "text" else ("task", *SFT_KEYS[:-1])  # not data_dir
     return dict(version=VERSION, method=cfg["methods"][run.method], lr=run.lr, seed=run.seed,
-                rank=run.rank, **{k: cfg[k] for k in keys})
+                rank=run.rank, **{k: cfg[k] for k in sorted({*schedule, *data})})
 
 
 def run_path(cfg: dict[str, Any], run: Run) -> Path:
     digest = hashlib.sha256(json.dumps(settings(cfg, run), sort_keys=True).encode()).hexdigest()
-    return Path(cfg["results_dir"]) / EXPERIMENT / f"{run.method}-{digest[:16]}.json"
+    prefix = "" if cfg["task"] == "text" else f"{cfg['task']}-"
+    return Path(cfg["results_dir"]) / EXPERIMENT / f"{prefix}{run.method}-{digest[:16]}.json"
 
 
 def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
@@ -183,31 +165,26 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     if path.exists():
         return json.loads(path.read_text())
     torch.set_num_threads(cfg["threads"])
-    corpus = _corpus(cfg["corpus"], json.dumps(cfg["heldout"], sort_keys=True))
+    data = benchmark(cfg)
     method = dict(cfg["methods"][run.method])
     name = method.pop("optimizer")
     method.pop("lrs")
     options = dict(lr=run.lr, weight_decay=cfg["weight_decay"], seed=run.seed, rank=run.rank,
                    lora_rank=run.rank, lora_alpha=2 * run.rank, **method)
-    model = wrap_model(name, build_model(cfg, run.seed), options)
+    model = wrap_model(name, data.model(run.seed), options)
     optimizer = build_optimizer(name, model, options)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(cfg))
-    context = cfg["context"]
-    starts = training_batches(corpus.train, cfg["steps"], cfg["batch_size"], context, run.seed)
-    evals = {split: evaluation_starts(corpus.split(split), cfg[f"{split}_windows"], context)
-             for split in ("validation", "test")}
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     def evaluate(split: str) -> float:
-        return heldout_loss(model, corpus.split(split), evals[split], context, cfg["batch_size"])
+        return data.heldout_loss(model, split)
 
     curve = [dict(step=0, train_loss=math.nan, validation_loss=evaluate("validation"))]
     seconds, losses = [], []
     for step in range(1, cfg["steps"] + 1):
-        inputs, targets = windows(corpus.train, starts[step - 1], context)
+        batch = data.batch(run.seed, step - 1)
         start = time.perf_counter()
-        logits = model(input_ids=inputs).logits
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss = data.loss(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, cfg["clip"])
         optimizer.step()
@@ -401,6 +378,10 @@ def goal(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------ figures
 
+def _unit(cfg: dict[str, Any]) -> str:
+    return "byte" if cfg["task"] == "text" else "completion token"
+
+
 def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     """Validation loss against step at each method's chosen rate (mean over seeds)."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -413,8 +394,9 @@ def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     reference = final_runs(frame).query("method == @REFERENCE")["test_loss"].mean()
     ax.set_ylim(reference - 0.1, reference + 1.2)
     ax.set_xlabel("step")
-    ax.set_ylabel("validation loss (nats / byte)")
-    ax.set_title(f"Byte-level LM on Shakespeare, {cfg['steps']} steps, each at its best lr")
+    ax.set_ylabel(f"validation loss (nats / {_unit(cfg)})")
+    what = "Byte-level LM on Shakespeare" if cfg["task"] == "text" else "SFT on gsm-synth"
+    ax.set_title(f"{what}, {cfg['steps']} steps, each at its best lr")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
@@ -438,7 +420,7 @@ def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
                         xytext=(2, 2), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_xlabel("optimizer state (MB, measured)")
-    ax.set_ylabel("test loss (nats / byte)")
+    ax.set_ylabel(f"test loss (nats / {_unit(cfg)})")
     reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
     ax.set_ylim(reference - 0.05, reference + 0.6)
     ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps)")
@@ -459,7 +441,7 @@ def plot_sweep(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     reference = runs.loc[runs["method"] == REFERENCE, "validation_loss"].min()
     ax.set_ylim(reference - 0.1, reference + 1.5)
     ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("validation loss (nats / byte)")
+    ax.set_ylabel(f"validation loss (nats / {_unit(cfg)})")
     ax.set_title("Each optimizer's own learning-rate sweep")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
