@@ -22,7 +22,8 @@ here (plus the formula in `logra.memory.state` if its bytes are to be counted fr
                  `lora_targets`), AdamW on the adapters only; the base weights stay frozen
     naive        RandomProjectionAdam, the fixed one-sided random projection ablation
     logra        LoGRA (logra.optim) with `rank`, `reconstruction`, `kl_estimator`,
-                 `predicted_kl_threshold` (None turns the KL control off) and `kl_drift_budget`
+                 `predicted_kl_threshold` (None turns the KL control off), `kl_drift_budget` and
+                 `kl_drift_window`
     adamw-kl     dense AdamW with LoGRA's predicted-KL step control: LoGRA with `sketch=False`
 
 Settings read: `lr`, `weight_decay`, `seed`, `rank`, and for some entries `reconstruction`,
@@ -53,7 +54,8 @@ APOLLO_MINI_SCALE = 128.0  # APOLLO-Mini's recipe: rank 1, tensor-wise scaling, 
 FIRA_ALPHA = 1.0  # Fira's recipe (the scale of the subspace update)
 DEFAULT_SETTINGS: dict[str, Any] = dict(
     weight_decay=0.0, seed=0, rank=16, reconstruction="gain", kl_estimator="calibrated",
-    predicted_kl_threshold=None, kl_drift_budget=None, lora_rank=16, lora_alpha=32,
+    predicted_kl_threshold=None, kl_drift_budget=None, kl_drift_window=5, lora_rank=16,
+    lora_alpha=32,
     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 )
 
@@ -113,8 +115,8 @@ def _logra(model: nn.Module, s: Mapping[str, Any], sketch: bool = True) -> Optim
     return LoGRA(
         _trainable(model), lr=s["lr"], weight_decay=s["weight_decay"], rank=s["rank"],
         predicted_kl_threshold=s["predicted_kl_threshold"], reconstruction=s["reconstruction"],
-        kl_estimator=s["kl_estimator"], kl_drift_budget=s["kl_drift_budget"], seed=s["seed"],
-        sketch=sketch,
+        kl_estimator=s["kl_estimator"], kl_drift_budget=s["kl_drift_budget"],
+        kl_drift_window=s["kl_drift_window"], seed=s["seed"], sketch=sketch,
     )
 
 

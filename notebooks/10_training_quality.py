@@ -70,7 +70,7 @@ for task in tasks:
 # so times compare within one benchmark only). Then the goal of issue 13, checked.
 
 # %%
-for task, (cfg, frame) in results.items():
+for cfg, frame in results.values():
     report.show_table(tq.summary(frame, cfg).round(4), tq.output_name(cfg), figures_dir)
     print(tq.goal(frame, cfg))
 
@@ -78,7 +78,7 @@ for task, (cfg, frame) in results.items():
 # ## 2 · Loss against optimizer memory, and the curves
 
 # %%
-for task, (cfg, frame) in results.items():
+for cfg, frame in results.values():
     report.show_figure(tq.plot_pareto(frame, cfg), tq.output_name(cfg, "pareto"), figures_dir)
     report.show_figure(tq.plot_curves(frame, cfg), tq.output_name(cfg, "curves"), figures_dir)
 
@@ -89,7 +89,7 @@ for task, (cfg, frame) in results.items():
 # at their chosen rate, and their loss interpolated at the headline LoGRA's state bytes.
 
 # %%
-for task, (cfg, frame) in results.items():
+for cfg, frame in results.values():
     report.show_figure(tq.plot_sweep(frame, cfg), tq.output_name(cfg, "sweep"), figures_dir)
     report.show_table(tq.sweep_table(frame, cfg).round(4), tq.output_name(cfg, "sweep"),
                       figures_dir)

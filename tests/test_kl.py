@@ -347,6 +347,29 @@ def test_drift_budget_shrinks_the_step_budget_as_the_reference_kl_grows() -> Non
     assert budget_only.step_threshold() == pytest.approx(0.01)
 
 
+def test_drift_budget_reads_the_largest_of_the_recent_reference_kls() -> None:
+    """A batch that reads the drift low must not open the budget: K is the max over a window."""
+    policy = SoftmaxPolicy()
+    opt = LoGRA(policy.parameters(), predicted_kl_threshold=None, kl_drift_budget=0.04,
+                kl_drift_window=3)
+    for kl in (0.0361, 0.01, 0.01):
+        opt.observe_reference_kl(kl)
+    assert opt.step_threshold() == pytest.approx(1e-4)  # (0.2 − 0.19)²: 0.0361 still counts
+    restored = LoGRA(policy.parameters(), predicted_kl_threshold=None, kl_drift_budget=0.04,
+                     kl_drift_window=3)
+    restored.load_state_dict(opt.state_dict())
+    assert restored.step_threshold() == pytest.approx(1e-4)
+    opt.observe_reference_kl(0.01)  # 0.0361 leaves the window
+    assert opt.step_threshold() == pytest.approx(0.01)
+    latest = LoGRA(policy.parameters(), predicted_kl_threshold=None, kl_drift_budget=0.04,
+                   kl_drift_window=1)
+    for kl in (0.0361, 0.01):
+        latest.observe_reference_kl(kl)
+    assert latest.step_threshold() == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="kl_drift_window"):
+        LoGRA(policy.parameters(), kl_drift_window=0)
+
+
 @pytest.mark.parametrize("estimator", ["calibrated", "diag"])
 def test_a_controlled_step_is_gamma_times_the_free_step(estimator: str) -> None:
     """From the same state, W_ctl − W0 = γ·(W_free − W0); on the diagonal path KL̂ is

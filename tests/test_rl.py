@@ -283,3 +283,17 @@ def test_adaptive_kl_controller_follows_ziegler_et_al() -> None:
     beta = controller.beta
     # KL at 95 % of the target: error −0.05
     assert controller.update(0.0095, 100) == pytest.approx(beta * (1 - 0.05 * 0.1))
+
+
+def test_the_drift_window_changes_only_runs_with_a_drift_budget() -> None:
+    """A key that does nothing without a budget keeps the runs made before it existed valid."""
+    plain = cfg.resolve("experiments/grpo.yaml", "smoke")
+    older = {k: v for k, v in plain.items() if k != "kl_drift_window"}  # saved before the key
+    assert cfg.config_hash(plain) == cfg.config_hash({**plain, "kl_drift_window": 1})
+    assert cfg.config_hash(plain) == cfg.config_hash(older)
+    assert cfg.result_keys_differ(older, plain) == []
+    budget = cfg.resolve("experiments/grpo.yaml", "smoke", optimizer="logra",
+                         kl_drift_budget=0.01)
+    assert cfg.config_hash(budget) != cfg.config_hash({**budget, "kl_drift_window": 1})
+    assert cfg.result_keys_differ({**budget, "kl_drift_window": 1}, budget) == [
+        "kl_drift_window"]

@@ -203,7 +203,9 @@ class LoGRA(Optimizer):
             runs over (`logra.optim.calibration`).
         kl_drift_budget: B, a bound on KL(π_θ ‖ π_ref) in nats per token (beyond the report):
             each step's budget shrinks to (√B − √K)² as the KL to the reference K, reported by
-            the trainer with `observe_reference_kl`, approaches B (`step_threshold`). None: the
+            the trainer with `observe_reference_kl`, approaches B (`step_threshold`); K is the
+            largest of the last `kl_drift_window` reports (a KL measured on a batch is noisy, and
+            one that reads low would let a step overshoot). None: the
             per-step δ alone, which bounds each step but not the drift.
         rtol: relative cutoff of the Nyström core's pseudo-inverse.
         oversample: extra columns of P (generalized Nyström oversampling of the left sketch).
@@ -238,6 +240,7 @@ class LoGRA(Optimizer):
         kl_probe_stride: int = 4,
         kl_calibration_window: int = 8,
         kl_drift_budget: float | None = None,
+        kl_drift_window: int = 5,
         rtol: float = 0.05,
         oversample: int = 0,
         refresh_every: int | None = None,
@@ -269,6 +272,9 @@ class LoGRA(Optimizer):
             raise ValueError(f"kl_probe_stride must be an int ≥ 1, got {kl_probe_stride!r}")
         if kl_drift_budget is not None and not kl_drift_budget > 0:
             raise ValueError(f"kl_drift_budget must be > 0 or None, got {kl_drift_budget}")
+        if isinstance(kl_drift_window, bool) or not isinstance(kl_drift_window, int) \
+                or kl_drift_window < 1:
+            raise ValueError(f"kl_drift_window must be an int ≥ 1, got {kl_drift_window!r}")
         kl_fit = KLCalibration(kl_calibration_window)  # validates the window
         if refresh_every is not None and (not isinstance(refresh_every, int) or refresh_every < 1):
             raise ValueError(f"refresh_every must be a positive int or None, got {refresh_every}")
@@ -286,7 +292,8 @@ class LoGRA(Optimizer):
         self.kl_probe_stride = kl_probe_stride
         self.kl_fit = kl_fit
         self.kl_drift_budget = kl_drift_budget
-        self._reference_kl: float | None = None  # KL(π_θ ‖ π_ref), reported by the trainer
+        self.kl_drift_window = kl_drift_window
+        self._reference_kls: list[float] = []  # the last KL(π_θ ‖ π_ref) the trainer reported
         self._kl_steps = 0  # steps taken (not skipped): the probe schedule
         self._warned_uncalibrated = False
         self.cache_projections = cache_projections
@@ -346,22 +353,24 @@ class LoGRA(Optimizer):
         kl = float(kl)
         if not kl >= 0:  # NaN or negative: a caller's bug, not a drift
             raise ValueError(f"observe_reference_kl needs a KL ≥ 0, got {kl}")
-        self._reference_kl = kl
+        self._reference_kls = [*self._reference_kls, kl][-self.kl_drift_window:]
 
     def step_threshold(self) -> float | None:
         """The KL budget of the coming step, in nats per token (None: no control).
 
-        δ = `predicted_kl_threshold`; with a `kl_drift_budget` B and the last KL to the
-        reference K reported by `observe_reference_kl`, the step gets at most
+        δ = `predicted_kl_threshold`; with a `kl_drift_budget` B and K the largest of the last
+        `kl_drift_window` KLs to the reference reported by `observe_reference_kl`, the step
+        gets at most
         (√B − √K)² (0 once K ≥ B). In the Fisher metric a step of KL k moves the policy by about
         √(2k) and the reference sits √(2K) away, so after any step within this budget the KL to
         the reference is at most ½(√(2K) + √(2k))² ≤ B, to second order.
         """
         delta = self.predicted_kl_threshold
-        if self.kl_drift_budget is None or self._reference_kl is None:
+        if self.kl_drift_budget is None or not self._reference_kls:
             return delta
+        drift = max(self._reference_kls)
         room = (math.sqrt(self.kl_drift_budget)
-                - math.sqrt(min(self._reference_kl, self.kl_drift_budget))) ** 2
+                - math.sqrt(min(drift, self.kl_drift_budget))) ** 2
         return room if delta is None else min(delta, room)
 
     def observe_kl(self, kl: float) -> bool:
@@ -864,6 +873,7 @@ class LoGRA(Optimizer):
         state["skipped_steps"] = self.skipped_steps
         state["kl_log_ratios"] = self.kl_fit.state_dict()
         state["kl_steps"] = self._kl_steps
+        state["reference_kls"] = list(self._reference_kls)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -884,6 +894,7 @@ class LoGRA(Optimizer):
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
         self._kl_steps = int(state_dict.pop("kl_steps", 0))
+        self._reference_kls = [float(k) for k in state_dict.pop("reference_kls", [])]
         self._projection_cache.clear()
         super().load_state_dict(state_dict)
         saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])

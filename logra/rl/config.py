@@ -34,10 +34,11 @@ DEVICES = ("cpu", "cuda", "auto")
 # Keys that do not change what a run computes: they stay out of the run directory's hash.
 NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir", "threads",
               "scale")
+ONLY_WITH = {"kl_drift_window": "kl_drift_budget"}  # key -> the key without which it does nothing
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
                  "eval_every", "eval_prompts", "eval_batch_size", "checkpoint_every", "rank",
-                 "lora_rank", "threads", "kl_horizon")
+                 "lora_rank", "threads", "kl_horizon", "kl_drift_window")
 NONNEGATIVE = ("lr", "weight_decay", "beta")
 POSITIVE = ("clip_eps", "lora_alpha")
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -148,8 +149,13 @@ def _check_model(model: Any) -> None:
 
 
 def config_hash(config: dict[str, Any]) -> str:
-    """12 hex digits of the canonical JSON of the keys that change the records."""
-    hashed = {k: v for k, v in sorted(config.items()) if k not in NOT_HASHED}
+    """12 hex digits of the canonical JSON of the keys that change the records.
+
+    A key of `ONLY_WITH` is left out while the key it depends on is null (it cannot change the
+    records then), so adding such a key keeps the runs already made without it valid.
+    """
+    hashed = {k: v for k, v in sorted(config.items()) if k not in NOT_HASHED
+              and not (k in ONLY_WITH and config.get(ONLY_WITH[k]) is None)}
     return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -162,4 +168,6 @@ def run_dir(config: dict[str, Any]) -> Path:
 def result_keys_differ(saved: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """Keys (outside NOT_HASHED) whose values differ between a saved run and `config`."""
     keys = (set(saved) | set(config)) - set(NOT_HASHED)
-    return sorted(k for k in keys if saved.get(k) != config.get(k))
+    inert = {k for k, dependency in ONLY_WITH.items()
+             if saved.get(dependency) is None and config.get(dependency) is None}
+    return sorted(k for k in keys - inert if saved.get(k) != config.get(k))
