@@ -23,7 +23,8 @@ here (plus the formula in `logra.memory.state` if its bytes are to be counted fr
     naive        RandomProjectionAdam, the fixed one-sided random projection ablation
     logra        LoGRA (logra.optim) with `rank`, `reconstruction`, `kl_estimator`,
                  `predicted_kl_threshold` (None turns the KL control off), `kl_drift_budget` and
-                 `kl_drift_window`
+                 `kl_drift_window`; `dense_embeddings` gives the input embedding and the output
+                 head dense AdamW, as GaLore's and APOLLO's recipes do
     adamw-kl     dense AdamW with LoGRA's predicted-KL step control: LoGRA with `sketch=False`
 
 Settings read: `lr`, `weight_decay`, `seed`, `rank`, and for some entries `reconstruction`,
@@ -54,7 +55,8 @@ APOLLO_MINI_SCALE = 128.0  # APOLLO-Mini's recipe: rank 1, tensor-wise scaling, 
 FIRA_ALPHA = 1.0  # Fira's recipe (the scale of the subspace update)
 DEFAULT_SETTINGS: dict[str, Any] = dict(
     weight_decay=0.0, seed=0, rank=16, reconstruction="gain", kl_estimator="calibrated",
-    predicted_kl_threshold=None, kl_drift_budget=None, kl_drift_window=5, lora_rank=16,
+    predicted_kl_threshold=None, kl_drift_budget=None, kl_drift_window=5, dense_embeddings=False,
+    lora_rank=16,
     lora_alpha=32,
     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 )
@@ -112,8 +114,15 @@ def _adam_mini(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
 
 
 def _logra(model: nn.Module, s: Mapping[str, Any], sketch: bool = True) -> Optimizer:
+    named = _trainable(model)
+    params: list[Any] = named
+    if s["dense_embeddings"]:  # GaLore's and APOLLO's recipe: AdamW on embeddings and head
+        embeddings = _embedding_ids(model)
+        groups = [{"params": [(n, p) for n, p in named if id(p) in embeddings], "sketch": False},
+                  {"params": [(n, p) for n, p in named if id(p) not in embeddings]}]
+        params = [group for group in groups if group["params"]]
     return LoGRA(
-        _trainable(model), lr=s["lr"], weight_decay=s["weight_decay"], rank=s["rank"],
+        params, lr=s["lr"], weight_decay=s["weight_decay"], rank=s["rank"],
         predicted_kl_threshold=s["predicted_kl_threshold"], reconstruction=s["reconstruction"],
         kl_estimator=s["kl_estimator"], kl_drift_budget=s["kl_drift_budget"],
         kl_drift_window=s["kl_drift_window"], seed=s["seed"], sketch=sketch,
@@ -219,9 +228,7 @@ def _projected_groups(model: nn.Module, rank: int, **recipe: Any) -> list[dict[s
     """Param groups for GaLore-style optimizers: the block matrices whose smaller side exceeds
     `rank` with `rank`, `update_proj_gap`, `proj_type="std"` and `recipe`; every other trainable
     parameter in a plain group. Empty groups are left out."""
-    modules = (getattr(model, "get_input_embeddings", lambda: None)(),
-               getattr(model, "get_output_embeddings", lambda: None)())  # a bare nn.Module: none
-    embeddings = {id(m.weight) for m in modules if m is not None}
+    embeddings = _embedding_ids(model)
     low_rank, other = [], []
     for _, p in _trainable(model):
         projected = p.dim() == 2 and min(p.shape) > rank and id(p) not in embeddings
@@ -230,6 +237,13 @@ def _projected_groups(model: nn.Module, rank: int, **recipe: Any) -> list[dict[s
               {"params": low_rank, "rank": rank, "update_proj_gap": PROJECTION_GAP,
                "proj_type": "std", **recipe}]
     return [group for group in groups if group["params"]]
+
+
+def _embedding_ids(model: nn.Module) -> set[int]:
+    """ids of the input embedding's and the output head's weights (none for a bare module)."""
+    modules = (getattr(model, "get_input_embeddings", lambda: None)(),
+               getattr(model, "get_output_embeddings", lambda: None)())
+    return {id(m.weight) for m in modules if m is not None}
 
 
 def state_bytes(optimizer: Optimizer) -> int:

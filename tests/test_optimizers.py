@@ -65,3 +65,19 @@ def test_apollo_mini_is_rank_one_whatever_the_rank(tiny_qwen2) -> None:
     optimizer = build_optimizer("apollo-mini", tiny_qwen2(), {"lr": 1e-3, "rank": 8})
     projected = [g for g in optimizer.param_groups if "rank" in g]
     assert projected and all(g["rank"] == 1 and g["scale_type"] == "tensor" for g in projected)
+
+
+def test_logra_with_dense_embeddings_keeps_adamw_moments_there(tiny_qwen2) -> None:
+    """GaLore's and APOLLO's recipe: embeddings and head get dense AdamW, the blocks sketches."""
+    model = tiny_qwen2(vocab_size=300)  # tied embeddings: one matrix, 300×32
+    optimizer = build_optimizer("logra", model, {"lr": 1e-3, "rank": 4,
+                                                 "dense_embeddings": True})
+    dense, sketched = optimizer.param_groups
+    assert not dense["sketch"] and sketched["sketch"]
+    assert [p.shape for p in dense["params"]] == [torch.Size([300, 32])]
+    ids = torch.arange(24).repeat(2, 1)
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    embedding = dense["params"][0]
+    assert optimizer.state[embedding]["exp_avg"].shape == embedding.shape
+    assert any("exp_avg_L" in optimizer.state[p] for p in sketched["params"])

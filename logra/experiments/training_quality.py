@@ -120,14 +120,17 @@ def describe(cfg: dict[str, Any]) -> str:
 def label(cfg: dict[str, Any], method: str) -> str:
     """The method's name in figures: the registry's label, with its LoGRA rule if any."""
     entry = cfg["methods"][method]
-    rule = entry.get("reconstruction")
-    return REGISTRY[entry["optimizer"]].label + (f" ({rule})" if rule else "")
+    details = [entry["reconstruction"]] if "reconstruction" in entry else []
+    details += ["dense embeddings"] if entry.get("dense_embeddings") else []
+    return REGISTRY[entry["optimizer"]].label + (f" ({', '.join(details)})" if details else "")
 
 
 def color(cfg: dict[str, Any], method: str) -> str:
     entry = cfg["methods"][method]
     rules = ("gain", "nystrom", "blend", "subspace")
     shades = dict(zip(rules, ("tab:red", "lightcoral", "darkred", "tab:pink"), strict=True))
+    if entry.get("dense_embeddings"):
+        return "gold"
     return shades.get(entry.get("reconstruction"), REGISTRY[entry["optimizer"]].color)
 
 
