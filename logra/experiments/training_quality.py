@@ -410,10 +410,17 @@ def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     rank-sized ones at every rank."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     table = summary(frame, cfg)
+    reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
+    top = reference + 0.6
     for method, row in zip(cfg["methods"], table.to_dict("records"), strict=True):
-        ax.errorbar(row["state MB"], row["test loss"],
-                    yerr=0 if math.isnan(row["± sd"]) else row["± sd"], fmt="o",
-                    color=color(cfg, method), label=row["optimizer"], capsize=3)
+        loss = row["test loss"]
+        if loss > top:  # off the chart: drawn at its edge, with its value
+            ax.plot(row["state MB"], top, "^", color=color(cfg, method), label=row["optimizer"])
+            ax.annotate(f"{loss:.2f}", (row["state MB"], top), fontsize=6, xytext=(3, -8),
+                        textcoords="offset points")
+            continue
+        ax.errorbar(row["state MB"], loss, yerr=0 if math.isnan(row["± sd"]) else row["± sd"],
+                    fmt="o", color=color(cfg, method), label=row["optimizer"], capsize=3)
     ranks = rank_table(frame, cfg)
     for method in cfg["rank_methods"]:
         rows = ranks[ranks["optimizer"] == label(cfg, method)]
@@ -424,9 +431,8 @@ def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     ax.set_xscale("log")
     ax.set_xlabel("optimizer state (MB, measured)")
     ax.set_ylabel(f"test loss (nats / {_unit(cfg)})")
-    reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
-    ax.set_ylim(reference - 0.05, reference + 0.6)
-    ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps)")
+    ax.set_ylim(reference - 0.1, top + 0.02)
+    ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps; ▲ off the chart)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
