@@ -11,13 +11,14 @@ here (plus the formula in `logra.memory.state` if its bytes are to be counted fr
     adam-mini    Adam-mini (Zhang et al. 2024; package `adam-mini`): one second moment per block
                  of heads / neurons; reads dim and head counts from `model.config`
     galore       GaLoreAdamW (Zhao et al. 2024; `galore-torch`): Adam on an SVD projection of rank
-                 `rank` refreshed every `PROJECTION_GAP` steps, scale `GALORE_SCALE`
+                 `rank` refreshed every `projection_gap` steps, scale `GALORE_SCALE`
     apollo       APOLLOAdamW (Zhu et al. 2024; `apollo-torch`): random projection of rank `rank`,
-                 channel-wise scaling of the raw gradient, refreshed every `PROJECTION_GAP` steps
+                 channel-wise scaling of the raw gradient, refreshed every `projection_gap` steps
     apollo-mini  APOLLO-Mini: rank 1, one scale per tensor, scale `APOLLO_MINI_SCALE` (the paper's
                  recipe); `rank` is ignored
     fira         Fira (Chen et al. 2024; `fira`): GaLore's Adam in the SVD subspace plus the
-                 gradient's residual outside it, scaled per channel, with a norm-growth limiter
+                 gradient's residual outside it, scaled per channel, with a norm-growth limiter;
+                 α `FIRA_ALPHA`
     lora         LoRA adapters through `peft` (rank `lora_rank`, α `lora_alpha`, modules
                  `lora_targets`), AdamW on the adapters only; the base weights stay frozen
     naive        RandomProjectionAdam, the fixed one-sided random projection ablation
@@ -49,14 +50,16 @@ from torch.optim import Optimizer
 from logra.optim import LoGRA, RandomProjectionAdam
 
 PROJECTION_GAP = 200  # GaLore's, APOLLO's and Fira's default refresh interval of the projections
+# (their pretraining recipes: 200 steps of 10,000, i.e. 50 refreshes a run); settings may set
+# `projection_gap` for runs of another length
 GALORE_SCALE = 0.25  # GaLore's recipe (α in the paper)
 APOLLO_SCALE = 1.0  # APOLLO's recipe for channel-wise scaling
 APOLLO_MINI_SCALE = 128.0  # APOLLO-Mini's recipe: rank 1, tensor-wise scaling, α = 128
-FIRA_ALPHA = 1.0  # Fira's recipe (the scale of the subspace update)
+FIRA_ALPHA = 0.25  # Fira's recipe at 60M-350M (xichen-fy/Fira, pre_training_c4/scripts/)
 DEFAULT_SETTINGS: dict[str, Any] = dict(
     weight_decay=0.0, seed=0, rank=16, reconstruction="gain", kl_estimator="calibrated",
     predicted_kl_threshold=None, kl_drift_budget=None, kl_drift_window=5, dense_embeddings=False,
-    lora_rank=16,
+    projection_gap=PROJECTION_GAP, lora_rank=16,
     lora_alpha=32,
     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 )
@@ -74,6 +77,7 @@ class OptimizerSpec:
     build: Builder  # (model after `wrap_model`, settings) -> optimizer
     package: tuple[str, str] | None = None  # (module to import, name to pip install)
     ranked: bool = False  # `rank` sizes its state (sketches, projections, adapters)
+    projected: bool = False  # refreshes a projection every `projection_gap` steps
     wraps_model: bool = False  # trains adapters (`wrap_model`), not the model's own weights
 
 
@@ -137,7 +141,7 @@ def _naive(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
 def _galore(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
     from galore_torch import GaLoreAdamW
 
-    groups = _projected_groups(model, s["rank"], scale=GALORE_SCALE)
+    groups = _projected_groups(model, s["rank"], s["projection_gap"], scale=GALORE_SCALE)
     return GaLoreAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"],
                        no_deprecation_warning=True)
 
@@ -147,14 +151,15 @@ def _apollo(model: nn.Module, s: Mapping[str, Any], mini: bool = False) -> Optim
 
     rank, scale, scale_type = (1, APOLLO_MINI_SCALE, "tensor") if mini else \
         (s["rank"], APOLLO_SCALE, "channel")
-    groups = _projected_groups(model, rank, scale=scale, proj="random", scale_type=scale_type)
+    groups = _projected_groups(model, rank, s["projection_gap"], scale=scale, proj="random",
+                               scale_type=scale_type)
     return APOLLOAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"])
 
 
 def _fira(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
     from fira import FiraAdamW
 
-    groups = _projected_groups(model, s["rank"], alpha=FIRA_ALPHA)
+    groups = _projected_groups(model, s["rank"], s["projection_gap"], alpha=FIRA_ALPHA)
     return FiraAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"],
                      no_deprecation_warning=True)
 
@@ -166,14 +171,15 @@ REGISTRY: dict[str, OptimizerSpec] = {spec.name: spec for spec in (
     OptimizerSpec("adafactor", "Adafactor", "tab:olive", _adafactor),
     OptimizerSpec("adam-mini", "Adam-mini", "tab:cyan", _adam_mini,
                   package=("adam_mini", "adam-mini")),
-    OptimizerSpec("galore", "GaLore", "tab:orange", _galore, ranked=True,
+    OptimizerSpec("galore", "GaLore", "tab:orange", _galore, ranked=True, projected=True,
                   package=("galore_torch", "galore-torch")),
-    OptimizerSpec("apollo", "APOLLO", "tab:green", _apollo, ranked=True,
+    OptimizerSpec("apollo", "APOLLO", "tab:green", _apollo, ranked=True, projected=True,
                   package=("apollo_torch", "apollo-torch")),
     OptimizerSpec("apollo-mini", "APOLLO-Mini", "yellowgreen",
-                  lambda model, s: _apollo(model, s, mini=True),
+                  lambda model, s: _apollo(model, s, mini=True), projected=True,
                   package=("apollo_torch", "apollo-torch")),
-    OptimizerSpec("fira", "Fira", "tab:brown", _fira, ranked=True, package=("fira", "fira")),
+    OptimizerSpec("fira", "Fira", "tab:brown", _fira, ranked=True, projected=True,
+                  package=("fira", "fira")),
     OptimizerSpec("lora", "LoRA", "tab:purple", _adamw, ranked=True, wraps_model=True),
     OptimizerSpec("naive", "naive projection", "tab:gray", _naive, ranked=True),
     OptimizerSpec("logra", "LoGRA", "tab:red", _logra, ranked=True),
@@ -224,17 +230,18 @@ def build_optimizer(name: str, model: nn.Module, settings: Mapping[str, Any]) ->
     return entry.build(model, {**DEFAULT_SETTINGS, **settings})
 
 
-def _projected_groups(model: nn.Module, rank: int, **recipe: Any) -> list[dict[str, Any]]:
+def _projected_groups(model: nn.Module, rank: int, gap: int,
+                      **recipe: Any) -> list[dict[str, Any]]:
     """Param groups for GaLore-style optimizers: the block matrices whose smaller side exceeds
-    `rank` with `rank`, `update_proj_gap`, `proj_type="std"` and `recipe`; every other trainable
-    parameter in a plain group. Empty groups are left out."""
+    `rank` with `rank`, `update_proj_gap` = gap, `proj_type="std"` and `recipe`; every other
+    trainable parameter in a plain group. Empty groups are left out."""
     embeddings = _embedding_ids(model)
     low_rank, other = [], []
     for _, p in _trainable(model):
         projected = p.dim() == 2 and min(p.shape) > rank and id(p) not in embeddings
         (low_rank if projected else other).append(p)
     groups = [{"params": other},
-              {"params": low_rank, "rank": rank, "update_proj_gap": PROJECTION_GAP,
+              {"params": low_rank, "rank": rank, "update_proj_gap": gap,
                "proj_type": "std", **recipe}]
     return [group for group in groups if group["params"]]
 

@@ -8,6 +8,8 @@ finite step (the two-sided projection blew such columns up), and Fira's norm-gro
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -103,3 +105,17 @@ def test_maximize_on_the_negated_loss_takes_the_same_steps(rule: str) -> None:
     down = steps(rule, grads)
     up = steps(rule, [-g for g in grads], maximize=True)
     torch.testing.assert_close(up, down, rtol=1e-5, atol=1e-6)
+
+
+def test_a_zero_column_keeps_the_limiter_finite() -> None:
+    """A dead column (zero gradient, nonzero momentum) once made φ_j² overflow to inf and the
+    limiter's memory NaN, switching it off for good."""
+    g = torch.randn(48, 32, generator=torch.Generator().manual_seed(2))
+    W = nn.Parameter(torch.zeros(48, 32))
+    opt = LoGRA([W], lr=1e-2, rank=4, predicted_kl_threshold=None, reconstruction="subspace")
+    for step in range(4):
+        W.grad = g.clone()
+        if step:
+            W.grad[:, 3] = 0.0
+        opt.step()
+        assert math.isfinite(opt.state[W]["residual_norm"]) and opt.state[W]["residual_norm"] > 0

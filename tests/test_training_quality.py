@@ -94,6 +94,8 @@ def test_config_errors_name_the_method() -> None:
         tq.config("smoke", rank_methods=["adamw"])
     with pytest.raises(ConfigError, match="sweep_seed"):
         tq.config("smoke", sweep_seed=7)
+    with pytest.raises(ConfigError, match="headline 'galore' must be one of rank_methods"):
+        tq.config("smoke", headline="galore", rank_methods=["logra-gain"])
 
 
 def test_the_sweep_extends_past_an_edge_optimum(monkeypatch, tmp_path) -> None:
@@ -102,7 +104,7 @@ def test_the_sweep_extends_past_an_edge_optimum(monkeypatch, tmp_path) -> None:
     cfg = tq.config("smoke", results_dir=str(tmp_path), max_extensions=2, methods={
         "adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3]},
         "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 1e-2]}},
-        rank_methods=["galore"])
+        rank_methods=["galore"], headline="galore")
     best = {"adamw": 0.1, "galore": 3e-3}
 
     def fake_train(cfg, run):
@@ -183,3 +185,48 @@ def test_the_shakespeare_corpus_holds_the_configured_plays() -> None:
     assert len(plays) == 42
     for names in tq.config("default")["heldout"].values():
         assert set(names) <= set(plays)
+
+
+def test_each_rank_gets_its_own_rate_and_only_projections_key_their_refresh(monkeypatch,
+                                                                           tmp_path) -> None:
+    """The plan end to end on a synthetic loss whose best rate grows with the rank (as
+    GaLore's step does), and the cache keys."""
+    cfg = tq.config("smoke", results_dir=str(tmp_path), rank=4, ranks=[2, 4, 8],
+                    max_extensions=0, methods={
+                        "adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3, 9e-3]},
+                        "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 9e-3]}},
+                    rank_methods=["galore"], headline="galore")
+
+    def fake_train(cfg, run):
+        best = 3e-3 * run.rank / 4
+        loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
+        return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
+                "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
+                "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
+
+    monkeypatch.setattr(tq, "train", fake_train)
+    frame = tq.run(cfg, progress=False)
+    ranks = tq.rank_table(frame, cfg).set_index("rank")
+    assert ranks.loc[2, "best lr"] == pytest.approx(1e-3)
+    assert ranks.loc[4, "best lr"] == pytest.approx(3e-3)
+    assert ranks.loc[8, "best lr"] == pytest.approx(9e-3)
+    assert (tq.summary(frame, cfg)["seeds"] == 2).all()
+
+    run = tq.Run("adamw", 1e-3, 0, 4, "sweep")
+    assert "projection_gap" not in tq.settings(cfg, run)
+    gap = tq.settings(cfg, tq.Run("galore", 1e-3, 0, 4, "sweep"))["projection_gap"]
+    assert gap == max(1, cfg["steps"] // cfg["projection_refreshes"])
+
+
+def test_sft_trains_on_no_held_out_question(tmp_path) -> None:
+    from logra.experiments.quality_data import SftBenchmark
+
+    cfg = tq.config("smoke", task="sft", data_dir=str(tmp_path), sft_validation_rows=2000,
+                    sft_test_rows=500)
+    data = SftBenchmark({k: cfg[k] for k in ("sft_model", "batch_size", "steps",
+                                             "sft_validation_rows", "sft_test_rows",
+                                             "data_dir")})
+    train = set(data.rows["train"]["prompt"])
+    assert len(data.rows["validation"]["prompt"]) == 2000
+    assert not train & set(data.rows["validation"]["prompt"])
+    assert not train & set(data.rows["test"]["prompt"])

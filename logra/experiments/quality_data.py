@@ -6,8 +6,8 @@
     sft   the proxy policies' warm-up task (`logra.models.warmup`): supervised fine-tuning from
           scratch of the `sft_model` proxy's Qwen2 architecture on gsm-synth reference solutions,
           the loss on the completion only; validation is the last `sft_validation_rows` rows of
-          the train split (never trained on, as in the warm-up), test the first
-          `sft_test_rows` rows of the test split
+          the train split, test the first `sft_test_rows` rows of the test split, and no
+          training row asks a held-out question (gsm-synth's train split repeats a few)
 
 Each gives a freshly initialized model, the batch of every step (a function of the seed alone,
 so every optimizer sees the same data in the same order), the training loss of a batch, and the
@@ -127,9 +127,13 @@ class SftBenchmark:
             raise ValueError(f"sft_validation_rows {cfg['sft_validation_rows']} leaves no "
                              f"training rows of {len(train)}")
         test = load_task("gsm-synth", "test", cfg["data_dir"], test_rows=cfg["sft_test_rows"])
-        self.rows = {"train": to_sft(train.select(range(kept)), "gsm-synth")[:],
-                     "validation": to_sft(train.select(range(kept, len(train))), "gsm-synth")[:],
-                     "test": to_sft(test.select(range(cfg["sft_test_rows"])), "gsm-synth")[:]}
+        validation = to_sft(train.select(range(kept, len(train))), "gsm-synth")[:]
+        test = to_sft(test.select(range(cfg["sft_test_rows"])), "gsm-synth")[:]
+        held = set(validation["prompt"]) | set(test["prompt"])
+        rows = to_sft(train.select(range(kept)), "gsm-synth")
+        # gsm-synth draws its train rows independently: a few repeat a held-out question
+        rows = rows.filter(lambda row: row["prompt"] not in held)[:]
+        self.rows = {"train": rows, "validation": validation, "test": test}
 
     def model(self, seed: int) -> nn.Module:
         from transformers import Qwen2ForCausalLM

@@ -15,7 +15,11 @@ optimizer of `methods` (each an entry of `logra.optimizers` with its settings):
               a best at the edge of the grid extends the grid by one factor-`lr_step` value
               (at most `max_extensions` times), so no chosen rate is an edge
     seeds     every optimizer at its chosen rate on each of `seeds` (init and data order)
-    ranks     the sketched optimizers of `rank_methods` at `ranks` (chosen rate, `sweep_seed`)
+    ranks     the rank-sized optimizers of `rank_methods` at `ranks` (`sweep_seed`), each rank
+              at three rates: the base rank's choice and one `lr_step` either side (GaLore's
+              and APOLLO's step grows with the rank, LoGRA's does not); the best on validation
+    refresh   GaLore, APOLLO and Fira refresh their projections `projection_refreshes` times a
+              run, as their recipes do (200 of 10,000 steps), whatever the run's length
 
 Per run: validation loss every `eval_every` steps, test loss at the end (nats per byte, on fixed
 windows), the bytes of tensors in the optimizer's state (`logra.optimizers.state_bytes`), and
@@ -52,7 +56,8 @@ NOTEBOOK = "10_training_quality"
 VERSION = 1  # bump when a change to the training code changes what a cached run would hold
 REFERENCE = "adamw"
 T_95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262}  # two-sided 95 % Student t quantiles by degrees of freedom
+        9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}  # two-sided 95 %
+# Student t quantiles by degrees of freedom; between entries the next smaller df is used
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,9 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     unranked = [m for m in cfg["rank_methods"] if not REGISTRY[methods[m]["optimizer"]].ranked]
     if unranked:
         raise ConfigError(f"rank_methods {unranked}: their state does not depend on a rank")
+    if cfg["headline"] not in cfg["rank_methods"]:
+        raise ConfigError(f"headline {cfg['headline']!r} must be one of rank_methods "
+                          f"{cfg['rank_methods']} (the loss at equal bytes is read there)")
     if cfg["sweep_seed"] not in cfg["seeds"]:
         raise ConfigError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
     return cfg
@@ -152,8 +160,18 @@ def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
                 "eval_every")
     data = TEXT_KEYS if cfg["task"] == "text" else ("task", *SFT_KEYS[:-1])  # not data_dir
-    return dict(version=VERSION, method=cfg["methods"][run.method], lr=run.lr, seed=run.seed,
-                rank=run.rank, **{k: cfg[k] for k in sorted({*schedule, *data})})
+    key = dict(version=VERSION, method=cfg["methods"][run.method], lr=run.lr, seed=run.seed,
+               rank=run.rank, **{k: cfg[k] for k in sorted({*schedule, *data})})
+    if REGISTRY[cfg["methods"][run.method]["optimizer"]].projected:
+        key["projection_gap"] = projection_gap(cfg)
+    return key
+
+
+def projection_gap(cfg: dict[str, Any]) -> int:
+    """Steps between GaLore's, APOLLO's and Fira's projection refreshes: their recipes refresh
+    50 times a run (every 200 of 10,000 steps), so this run refreshes `projection_refreshes`
+    times too, not once or twice."""
+    return max(1, cfg["steps"] // cfg["projection_refreshes"])
 
 
 def run_path(cfg: dict[str, Any], run: Run) -> Path:
@@ -165,15 +183,16 @@ def run_path(cfg: dict[str, Any], run: Run) -> Path:
 def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     """Train one run (or read its cached result): its curves, test loss, bytes and step time."""
     path = run_path(cfg, run)
-    if path.exists():
-        return json.loads(path.read_text())
+    if path.exists():  # the run as asked now (the study and label are not in the cache key)
+        return {**json.loads(path.read_text()), **asdict(run), "label": label(cfg, run.method)}
     torch.set_num_threads(cfg["threads"])
     data = benchmark(cfg)
     method = dict(cfg["methods"][run.method])
     name = method.pop("optimizer")
     method.pop("lrs")
     options = dict(lr=run.lr, weight_decay=cfg["weight_decay"], seed=run.seed, rank=run.rank,
-                   lora_rank=run.rank, lora_alpha=2 * run.rank, **method)
+                   lora_rank=run.rank, lora_alpha=2 * run.rank,
+                   projection_gap=projection_gap(cfg), **method)
     model = wrap_model(name, data.model(run.seed), options)
     optimizer = build_optimizer(name, model, options)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(cfg))
@@ -200,11 +219,13 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
         if step % cfg["eval_every"] == 0 or step == cfg["steps"]:
             curve.append(dict(step=step, train_loss=statistics.fmean(losses[-cfg["eval_every"]:]),
                               validation_loss=evaluate("validation")))
-    diverged = not math.isfinite(losses[-1])
+    test_loss = evaluate("test") if math.isfinite(losses[-1]) else math.inf
+    diverged = not all(math.isfinite(x) for x in
+                       (losses[-1], curve[-1]["validation_loss"], test_loss))
     result = dict(
         **asdict(run), label=label(cfg, run.method), diverged=diverged, curve=curve,
         validation_loss=math.inf if diverged else curve[-1]["validation_loss"],
-        test_loss=math.inf if diverged else evaluate("test"),
+        test_loss=math.inf if diverged else test_loss,
         state_bytes=state_bytes(optimizer),
         trainable=sum(p.numel() for p in trainable),
         step_ms=1000 * statistics.median(seconds[min(5, len(seconds) - 1):]),
@@ -222,7 +243,11 @@ def _jobs(cfg: dict[str, Any], runs: list[Run], progress: bool, desc: str) -> li
 
 def _best(results: list[dict], method: str) -> dict:
     mine = [r for r in results if r["method"] == method and r["study"] == "sweep"]
-    return min(mine, key=lambda r: (r["validation_loss"], r["lr"]))
+    return min(mine, key=lambda r: (_finite_or_inf(r["validation_loss"]), r["lr"]))
+
+
+def _finite_or_inf(x: float) -> float:
+    return x if math.isfinite(x) else math.inf
 
 
 def sweep(cfg: dict[str, Any], progress: bool = True) -> list[dict]:
@@ -252,17 +277,22 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     chosen = {m: _best(results, m)["lr"] for m in cfg["methods"]}
     later = [Run(m, chosen[m], s, cfg["rank"], "seeds") for m in cfg["methods"]
              for s in cfg["seeds"] if s != cfg["sweep_seed"]]
-    later += [Run(m, chosen[m], cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
-              for r in cfg["ranks"] if r != cfg["rank"]]
+    step = cfg["lr_step"]  # each rank its own rates around the base rank's choice
+    later += [Run(m, chosen[m] * f, cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
+              for r in cfg["ranks"] if r != cfg["rank"] for f in (1 / step, 1.0, step)]
     results += _jobs(cfg, later, progress, f"{EXPERIMENT} seeds and ranks")
     frame = pd.DataFrame(results)
     frame["chosen"] = frame["lr"] == frame["method"].map(chosen)
+    ranks = frame["study"] == "ranks"
+    best = (frame[ranks].assign(v=frame.loc[ranks, "validation_loss"].map(_finite_or_inf))
+            .sort_values(["v", "lr"]).groupby(["method", "rank"]).head(1).index)
+    frame.loc[ranks, "chosen"] = frame.index[ranks].isin(best)
     return frame
 
 
 def final_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """Runs at each method's chosen rate and the base rank, one per seed."""
-    base_rank = frame.loc[frame["study"] != "ranks", "rank"].iloc[0]
+    base_rank = frame.loc[frame["study"] == "sweep", "rank"].iloc[0]
     final = frame[frame["chosen"] & (frame["rank"] == base_rank)]
     return final.drop_duplicates(["method", "seed"])
 
@@ -274,7 +304,7 @@ def _interval(differences: np.ndarray) -> tuple[float, float]:
     n = len(differences)
     if n < 2:
         return float(differences.mean()), math.nan
-    t = T_95.get(n - 1, 1.96)
+    t = T_95[max(df for df in T_95 if df <= n - 1)]
     return float(differences.mean()), t * float(differences.std(ddof=1)) / math.sqrt(n)
 
 
@@ -337,7 +367,8 @@ def rank_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     reference = frame[(frame["method"] == REFERENCE) & frame["chosen"]
                       & (frame["seed"] == cfg["sweep_seed"])].iloc[0]
     return pd.DataFrame({
-        "optimizer": rows["label"], "rank": rows["rank"], "state MB": rows["state_bytes"] / 1e6,
+        "optimizer": rows["label"], "rank": rows["rank"], "best lr": rows["lr"],
+        "state MB": rows["state_bytes"] / 1e6,
         "state / AdamW": rows["state_bytes"] / reference["state_bytes"],
         "test loss": rows["test_loss"], "loss / AdamW": rows["test_loss"] / reference["test_loss"],
     })
@@ -370,7 +401,8 @@ def goal(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
     at_bytes = equal_bytes(frame, cfg).set_index("optimizer").iloc[:, 0]
     mine = at_bytes.get(label(cfg, cfg["headline"]), math.nan)
     others = {k: v for k, v in at_bytes.items() if k in ("GaLore", "APOLLO")}
-    ahead = bool(others) and all(mine < v for v in others.values() if not math.isnan(v))
+    compared = [v for v in others.values() if not math.isnan(v)]
+    ahead = bool(compared) and not math.isnan(mine) and all(mine < v for v in compared)
     return (f"{label(cfg, cfg['headline'])}: loss/AdamW {row['loss / AdamW']:.4f} "
             f"({'within' if close else 'outside'} {cfg['goal_ratio']:.0%}), state/AdamW "
             f"{row['state / AdamW']:.3f} ({'≤' if small else '>'} {cfg['goal_state']:.0%}); "

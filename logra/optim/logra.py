@@ -754,10 +754,15 @@ class LoGRA(Optimizer):
         ζ = min(1, γ ‖S_prev‖ / ‖S‖); ‖ζS‖ is remembered (a float) for the next step.
 
         ‖S‖² = Σ_j φ_j² (‖G[:,j]‖² − ‖L[:,j]‖²), P Pᵀ being an orthogonal projection: one pass
-        over G for its column norms, no m×n temporary.
+        over G for its column norms. A non-finite norm (an overflowing gradient) leaves the
+        limiter's memory as it was and the step unlimited; such a step is skipped anyway.
         """
-        columns = reducer(slot.shard)(as_matrix(slot.grad).float().square().sum(dim=0))
+        grad = as_matrix(slot.grad)
+        columns = torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square_()
+        columns = reducer(slot.shard)(columns)
         norm = math.sqrt(float((columns - L.square().sum(dim=0)).clamp_min_(0) @ scale.square()))
+        if not math.isfinite(norm):
+            return 1.0
         previous = state.get("residual_norm", 0.0)
         limit = 1.0
         if previous > 0 and norm > NORM_GROWTH_LIMIT * previous:
@@ -894,7 +899,8 @@ class LoGRA(Optimizer):
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
         self._kl_steps = int(state_dict.pop("kl_steps", 0))
-        self._reference_kls = [float(k) for k in state_dict.pop("reference_kls", [])]
+        saved = [float(k) for k in state_dict.pop("reference_kls", [])]
+        self._reference_kls = saved[len(saved) - self.kl_drift_window:] if saved else []
         self._projection_cache.clear()
         super().load_state_dict(state_dict)
         saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])

@@ -142,11 +142,13 @@ def gain_factors(
     row_gain = u_R.norm(dim=1).div_(R.norm(dim=1).clamp_min_(tiny)).sqrt_()
     return row_gain, col_gain
 
-def column_scale(u_L: Tensor, norms: Tensor, tiny: float = 1e-30) -> Tensor:
+def column_scale(u_L: Tensor, norms: Tensor) -> Tensor:
     """φ_j = ‖u_L[:,j]‖ / norms_j (n,): how much Adam, run on the left sketch, rescales column j
-    (Fira's scaling factor). `norms` are the column norms it is relative to (≥ 0; a zero norm
-    means a zero column of G, whose scaled residual is zero whatever φ_j)."""
-    return u_L.norm(dim=0).div_(norms.clamp_min(tiny))
+    (Fira's scaling factor). `norms` are the column norms it is relative to (≥ 0). A zero norm
+    means a zero column of G, whose residual is zero whatever φ_j: φ_j = 0 there (a huge φ_j
+    would overflow φ_j² in the limiter's norm)."""
+    return torch.where(norms > 0, u_L.norm(dim=0) / norms.clamp_min(torch.finfo(norms.dtype).tiny),
+                       torch.zeros_like(norms))
 
 
 def transport_first_moment(
