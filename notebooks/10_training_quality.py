@@ -75,6 +75,14 @@ for cfg, frame in results.values():
     print(tq.goal(frame, cfg))
 
 # %% [markdown]
+# LoGRA's rules against its default (`gain`), paired by seed: does carrying momentum help?
+
+# %%
+for cfg, frame in results.values():
+    report.show_table(tq.rules_table(frame, cfg).round(4), tq.output_name(cfg, "rules"),
+                      figures_dir)
+
+# %% [markdown]
 # ## 2 · Loss against optimizer memory, and the curves
 
 # %%

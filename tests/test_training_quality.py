@@ -157,6 +157,8 @@ def test_notebook_writes_the_comparison(executed, task) -> None:
     assert by_rank["state MB"].is_monotonic_increasing
     sweep = pd.read_csv(out / f"{tq.output_name(cfg, 'sweep')}.csv")
     assert sweep["chosen"].sum() == len(cfg["methods"])
+    rules = pd.read_csv(out / f"{tq.output_name(cfg, 'rules')}.csv")
+    assert list(rules["rule"]) == ["LoGRA (subspace)"]
 
 
 def test_the_benchmarks_cache_apart(tmp_path) -> None:

@@ -308,12 +308,37 @@ def _interval(differences: np.ndarray) -> tuple[float, float]:
     return float(differences.mean()), t * float(differences.std(ddof=1)) / math.sqrt(n)
 
 
-def _verdict(mean: float, half: float) -> str:
+def _verdict(mean: float, half: float, reference: str = "AdamW") -> str:
     if math.isnan(half):
         return "one seed: no test"
     if abs(mean) <= half:
         return "no difference"
-    return "lower than AdamW" if mean < 0 else "higher than AdamW"
+    return f"lower than {reference}" if mean < 0 else f"higher than {reference}"
+
+
+def _paired(final: pd.DataFrame, method: str, reference: str) -> tuple[float, float, float]:
+    """(mean ratio, mean difference, 95 % half-width) of `method`'s test loss against
+    `reference`'s on the seeds both ran."""
+    mine = final[final["method"] == method].set_index("seed")["test_loss"]
+    theirs = final[final["method"] == reference].set_index("seed")["test_loss"]
+    seeds = mine.index.intersection(theirs.index)
+    mean, half = _interval((mine[seeds] - theirs[seeds]).to_numpy())
+    return float((mine[seeds] / theirs[seeds]).mean()), mean, half
+
+
+def rules_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Every LoGRA method paired by seed against `headline` (LoGRA's default rule)."""
+    final = final_runs(frame)
+    base = label(cfg, cfg["headline"])
+    rows = []
+    for method, entry in cfg["methods"].items():
+        if entry["optimizer"] != "logra" or method == cfg["headline"]:
+            continue
+        ratio, mean, half = _paired(final, method, cfg["headline"])
+        rows.append({"rule": label(cfg, method), f"loss / {base}": ratio,
+                     f"Δ vs {base} (95 % CI)": f"{mean:+.4f} ± {half:.4f}",
+                     "verdict": _verdict(mean, half, base)})
+    return pd.DataFrame(rows)
 
 
 def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
@@ -324,9 +349,7 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for method in cfg["methods"]:
         mine = final[final["method"] == method].set_index("seed")
-        seeds = mine.index.intersection(reference.index)
-        diff = (mine.loc[seeds, "test_loss"] - reference.loc[seeds, "test_loss"]).to_numpy()
-        mean_diff, half = _interval(diff)
+        ratio, mean_diff, half = _paired(final, method, REFERENCE)
         lrs = sorted(sweep_runs.loc[sweep_runs["method"] == method, "lr"])
         lr = float(mine["lr"].iloc[0])
         rows.append({
@@ -336,8 +359,7 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
             "test loss": mine["test_loss"].mean(),
             "± sd": mine["test_loss"].std(ddof=1) if len(mine) > 1 else math.nan,
             "seeds": len(mine),
-            "loss / AdamW": float((mine.loc[seeds, "test_loss"]
-                                   / reference.loc[seeds, "test_loss"]).mean()),
+            "loss / AdamW": ratio,
             "Δ vs AdamW (95 % CI)": (f"{mean_diff:+.4f} ± {half:.4f}" if not math.isnan(half)
                                      else f"{mean_diff:+.4f}"),
             "verdict": "reference" if method == REFERENCE else _verdict(mean_diff, half),
