@@ -253,6 +253,7 @@ def _finite_or_inf(x: float) -> float:
 def sweep(cfg: dict[str, Any], progress: bool = True) -> list[dict]:
     """Every method's learning-rate sweep at `sweep_seed`, extended past any edge optimum."""
     seed, rank = cfg["sweep_seed"], cfg["rank"]
+    benchmark(cfg)  # data generated and cached here, before workers start (none writes it twice)
     runs = [Run(m, float(lr), seed, rank, "sweep") for m, e in cfg["methods"].items()
             for lr in e["lrs"]]
     results = _jobs(cfg, runs, progress, f"{EXPERIMENT} sweep")
