@@ -463,7 +463,7 @@ def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
 def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     """Test loss against optimizer-state bytes: every method (seed mean ± sd) and the
     rank-sized ones at every rank."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     table = summary(frame, cfg)
     reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
     top = reference + 0.6
@@ -486,9 +486,10 @@ def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     ax.set_xscale("log")
     ax.set_xlabel("optimizer state (MB, measured)")
     ax.set_ylabel(f"test loss (nats / {_unit(cfg)})")
-    ax.set_ylim(reference - 0.1, top + 0.02)
+    lowest = min(table["test loss"].min(), ranks["test loss"].min())
+    ax.set_ylim(lowest - 0.03, top + 0.02)
     ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps; ▲ off the chart)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return fig
 
