@@ -45,14 +45,13 @@ def benchmark(cfg: dict[str, Any]) -> Benchmark:
     """The benchmark `cfg["task"]` names, built once per process (a worker trains many runs)."""
     if cfg["task"] not in TASKS:
         raise ValueError(f"unknown task {cfg['task']!r}; valid: {list(TASKS)}")
-    keys = TEXT_KEYS if cfg["task"] == "text" else SFT_KEYS
+    keys = TEXT_KEYS if cfg["task"] == "text" else (*SFT_KEYS, "data_dir")  # where, not what
     return _cached(cfg["task"], json.dumps({k: cfg[k] for k in keys}, sort_keys=True))
 
 
 TEXT_KEYS = ("corpus", "heldout", "hidden_size", "intermediate_size", "layers", "heads",
              "context", "batch_size", "steps", "validation_windows", "test_windows")
-SFT_KEYS = ("sft_model", "batch_size", "steps", "sft_validation_rows", "sft_test_rows",
-            "data_dir")
+SFT_KEYS = ("sft_model", "batch_size", "steps", "sft_validation_rows", "sft_test_rows")
 
 
 @functools.lru_cache(maxsize=2)

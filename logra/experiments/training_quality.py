@@ -73,15 +73,17 @@ class Run:
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     """experiments/training_quality.yaml at `scale`, checked before any compute."""
-    cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    cfg = load_config(EXPERIMENT, scale, **given)
     if cfg["task"] not in TASKS:
         raise ConfigError(f"task must be one of {list(TASKS)}, got {cfg['task']!r}")
     if cfg["task"] == "sft":  # the SFT benchmark's own schedule, then the caller's overrides
         unknown = sorted(set(cfg["sft_overrides"]) - set(cfg))
         if unknown:
             raise ConfigError(f"sft_overrides: unknown keys {unknown}")
+        checked = {k: cfg[k] for k in given}  # as load_config coerced them
         cfg.update(cfg["sft_overrides"])
-        cfg.update({k: v for k, v in overrides.items() if v is not None})
+        cfg.update(checked)
     methods = cfg["methods"]
     if REFERENCE not in methods:
         raise ConfigError(f"methods must include {REFERENCE!r}, the reference")
@@ -133,13 +135,16 @@ def label(cfg: dict[str, Any], method: str) -> str:
     return REGISTRY[entry["optimizer"]].label + (f" ({', '.join(details)})" if details else "")
 
 
+RULE_COLORS = {"gain": "tab:red", "nystrom": "lightcoral", "blend": "darkred",
+               "subspace": "tab:pink"}
+
+
 def color(cfg: dict[str, Any], method: str) -> str:
+    """The registry's colour, a shade of LoGRA's red per rule, gold with dense embeddings."""
     entry = cfg["methods"][method]
-    rules = ("gain", "nystrom", "blend", "subspace")
-    shades = dict(zip(rules, ("tab:red", "lightcoral", "darkred", "tab:pink"), strict=True))
     if entry.get("dense_embeddings"):
         return "gold"
-    return shades.get(entry.get("reconstruction"), REGISTRY[entry["optimizer"]].color)
+    return RULE_COLORS.get(entry.get("reconstruction"), REGISTRY[entry["optimizer"]].color)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -159,7 +164,7 @@ def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     """What determines a run's result (its cache key)."""
     schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
                 "eval_every")
-    data = TEXT_KEYS if cfg["task"] == "text" else ("task", *SFT_KEYS[:-1])  # not data_dir
+    data = TEXT_KEYS if cfg["task"] == "text" else ("task", *SFT_KEYS)
     key = dict(version=VERSION, method=cfg["methods"][run.method], lr=run.lr, seed=run.seed,
                rank=run.rank, **{k: cfg[k] for k in sorted({*schedule, *data})})
     if REGISTRY[cfg["methods"][run.method]["optimizer"]].projected:
@@ -241,8 +246,12 @@ def _jobs(cfg: dict[str, Any], runs: list[Run], progress: bool, desc: str) -> li
     return run_jobs([(train, (cfg, r)) for r in runs], cfg["workers"], desc, progress=progress)
 
 
-def _best(results: list[dict], method: str) -> dict:
-    mine = [r for r in results if r["method"] == method and r["study"] == "sweep"]
+def _best(results: list[dict], method: str, study: str = "sweep",
+          rank: int | None = None) -> dict:
+    """The run of `method` in `study` (at `rank`, if given) with the lowest validation loss
+    (a non-finite loss never wins; ties go to the smaller rate)."""
+    mine = [r for r in results if r["method"] == method and r["study"] == study
+            and (rank is None or r["rank"] == rank)]
     return min(mine, key=lambda r: (_finite_or_inf(r["validation_loss"]), r["lr"]))
 
 
@@ -282,12 +291,11 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     later += [Run(m, chosen[m] * f, cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
               for r in cfg["ranks"] if r != cfg["rank"] for f in (1 / step, 1.0, step)]
     results += _jobs(cfg, later, progress, f"{EXPERIMENT} seeds and ranks")
+    at_rank = {(r.method, r.rank): _best(results, r.method, "ranks", r.rank)["lr"]
+               for r in later if r.study == "ranks"}
     frame = pd.DataFrame(results)
-    frame["chosen"] = frame["lr"] == frame["method"].map(chosen)
-    ranks = frame["study"] == "ranks"
-    best = (frame[ranks].assign(v=frame.loc[ranks, "validation_loss"].map(_finite_or_inf))
-            .sort_values(["v", "lr"]).groupby(["method", "rank"]).head(1).index)
-    frame.loc[ranks, "chosen"] = frame.index[ranks].isin(best)
+    frame["chosen"] = [r["lr"] == (at_rank[r["method"], r["rank"]] if r["study"] == "ranks"
+                                   else chosen[r["method"]]) for r in results]
     return frame
 
 
@@ -423,7 +431,8 @@ def goal(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
     small = row["state / AdamW"] <= cfg["goal_state"]
     at_bytes = equal_bytes(frame, cfg).set_index("optimizer").iloc[:, 0]
     mine = at_bytes.get(label(cfg, cfg["headline"]), math.nan)
-    others = {k: v for k, v in at_bytes.items() if k in ("GaLore", "APOLLO")}
+    others = {k: v for k, v in at_bytes.items()
+              if k in (REGISTRY["galore"].label, REGISTRY["apollo"].label)}
     compared = [v for v in others.values() if not math.isnan(v)]
     ahead = bool(compared) and not math.isnan(mine) and all(mine < v for v in compared)
     return (f"{label(cfg, cfg['headline'])}: loss/AdamW {row['loss / AdamW']:.4f} "
