@@ -363,10 +363,9 @@ class LoGRA(Optimizer):
 
         δ = `predicted_kl_threshold`; with a `kl_drift_budget` B and K the largest of the last
         `kl_drift_window` KLs to the reference reported by `observe_reference_kl`, the step
-        gets at most
-        (√B − √K)² (0 once K ≥ B). In the Fisher metric a step of KL k moves the policy by about
-        √(2k) and the reference sits √(2K) away, so after any step within this budget the KL to
-        the reference is at most ½(√(2K) + √(2k))² ≤ B, to second order.
+        gets at most (√B − √K)² (0 once K ≥ B). In the Fisher metric a step of KL k moves the
+        policy by about √(2k) and the reference sits √(2K) away, so after any step within this
+        budget the KL to the reference is at most ½(√(2K) + √(2k))² ≤ B, to second order.
         """
         delta = self.predicted_kl_threshold
         if self.kl_drift_budget is None or not self._reference_kls:
@@ -903,7 +902,7 @@ class LoGRA(Optimizer):
         self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
         self._kl_steps = int(state_dict.pop("kl_steps", 0))
         saved = [float(k) for k in state_dict.pop("reference_kls", [])]
-        self._reference_kls = saved[len(saved) - self.kl_drift_window:] if saved else []
+        self._reference_kls = saved[-self.kl_drift_window:]
         self._projection_cache.clear()
         super().load_state_dict(state_dict)
         saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
