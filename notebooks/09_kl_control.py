@@ -85,8 +85,11 @@ report.show_table(kc.stress_table(frame, cfg), "kl_control_stress", figures_dir)
 # ## 3 · A budget on the drift from the reference, against the soft controls
 #
 # LoGRA without a per-step δ in every run; only the control of the drift differs. The budget is
-# enforced on the KL measured on each step's sampled batch before the step, so the KL of a later
-# batch can still land above it by the batch-to-batch spread.
+# enforced on the KL measured on each step's sampled batch before the step (the largest of the
+# last few). A batch's KL is B fresh completions, so it spreads from batch to batch even while
+# the policy stands still; whether the budget holds is judged on the **drift probe**: the KL to
+# the reference on the same held-out completions' seeds every few steps (the dots), whose
+# changes are the policy's, not the draw's.
 
 # %%
 report.show_figure(kc.plot_budget(frame, cfg), "kl_control_budget", figures_dir)

@@ -234,3 +234,25 @@ def test_drift_budget_and_adaptive_beta_steer_the_run_and_resume(
         smoke_config(smoke_dirs, tmp_path, optimizer="adamw", kl_drift_budget=0.1)
     with pytest.raises(ConfigError, match="kl_target"):
         smoke_config(smoke_dirs, tmp_path, kl_target=0.1)
+
+
+def test_the_drift_probe_measures_without_changing_the_run(smoke_dirs, tmp_path) -> None:
+    """The probe records KL(π_θ ‖ π_ref) every `drift_probe_every` steps, is 0 before training,
+    and leaves the training records (and the run directory's hash when off) as they were."""
+    plain = smoke_config(smoke_dirs, tmp_path, optimizer="adamw", lr=1e-2)
+    probed = {**plain, "drift_probe_every": 2, "drift_probe_prompts": 3}
+    assert cfg.run_dir(plain) != cfg.run_dir(probed)
+    assert cfg.config_hash({**plain, "drift_probe_prompts": 5}) == cfg.config_hash(plain)
+    without = runner.run_grpo(plain, progress=False)
+    records = runner.run_grpo(probed, progress=False)
+    assert_same_records(records.drop(columns="drift_kl"), without.drop(columns="drift_kl"))
+    assert without["drift_kl"].isna().all()
+    assert records["drift_kl"].notna().tolist() == [s > 0 and s % 2 == 0 for s in records["step"]]
+    assert (records["drift_kl"].dropna() > 0).all()  # lr 1e-2 moves the policy
+
+    trainer = runner.Trainer(probed, progress=False)
+    assert trainer.probe_drift()["drift_kl"] == pytest.approx(0.0, abs=1e-7)  # π_θ = π_ref
+    with pytest.raises(ConfigError, match="drift_probe_prompts"):
+        smoke_config(smoke_dirs, tmp_path, drift_probe_every=1, drift_probe_prompts=9)
+    with pytest.raises(ConfigError, match="drift_probe_every"):
+        smoke_config(smoke_dirs, tmp_path, drift_probe_every=0)

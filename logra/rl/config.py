@@ -34,11 +34,13 @@ DEVICES = ("cpu", "cuda", "auto")
 # Keys that do not change what a run computes: they stay out of the run directory's hash.
 NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir", "threads",
               "scale")
-ONLY_WITH = {"kl_drift_window": "kl_drift_budget"}  # key -> the key without which it does nothing
+# key -> the key without which it does nothing (a key naming itself: nothing while it is null)
+ONLY_WITH = {"kl_drift_window": "kl_drift_budget", "drift_probe_every": "drift_probe_every",
+             "drift_probe_prompts": "drift_probe_every"}
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
                  "eval_every", "eval_prompts", "eval_batch_size", "checkpoint_every", "rank",
-                 "lora_rank", "threads", "kl_horizon", "kl_drift_window")
+                 "lora_rank", "threads", "kl_horizon", "kl_drift_window", "drift_probe_prompts")
 NONNEGATIVE = ("lr", "weight_decay", "beta")
 POSITIVE = ("clip_eps", "lora_alpha")
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -121,6 +123,13 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if config["kl_target"] is not None and not config["beta"] > 0:
         raise ConfigError("kl_target (adaptive β) needs a starting beta > 0, got "
                           f"beta={config['beta']!r}")
+    probe = config["drift_probe_every"]
+    if probe is not None and (isinstance(probe, bool) or not isinstance(probe, int) or probe < 1):
+        raise ConfigError(f"drift_probe_every must be an integer >= 1 or null, got {probe!r}")
+    if probe is not None and config["drift_probe_prompts"] > config["eval_prompts"]:
+        raise ConfigError(f"drift_probe_prompts={config['drift_probe_prompts']} exceeds "
+                          f"eval_prompts={config['eval_prompts']}: the probe's prompts are the "
+                          "first test prompts")
     targets = config["lora_targets"]
     if not targets or not all(isinstance(t, str) for t in targets):
         raise ConfigError(f"lora_targets must be a non-empty list of module names, got {targets!r}")

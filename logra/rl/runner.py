@@ -8,7 +8,8 @@ One step t = 1 … steps:
      and the optimizer's step (LoGRA's KL probe first gets the batch: `set_kl_batch`);
   5. measure the KL between the policy before and after the update on the same tokens;
   6. every `eval_every` steps: greedy accuracy on the first `eval_prompts` test prompts (a
-     generated task's test split extends past its 500 with more held-out problems).
+     generated task's test split extends past its 500 with more held-out problems);
+  7. every `drift_probe_every` steps (when set): KL(π_θ ‖ π_ref) on a fixed held-out probe.
 
 Records (one row per step; row 0 holds the evaluation before training):
 
@@ -35,6 +36,9 @@ Records (one row per step; row 0 holds the evaluation before training):
     tokens           non-padding tokens of prompt + completion in the batch
     seconds          wall time of the step (evaluation excluded)
     eval_accuracy, eval_seconds   greedy held-out accuracy after this step, and its time
+    drift_kl         KL(π_θ ‖ π_ref) per token after this step on the drift probe: the first
+                     `drift_probe_prompts` test prompts, G completions each, sampled with the same
+                     seeds at every probe (`Trainer.probe_drift`); NaN between probes
 
 Determinism: everything random in a step is seeded from (seed, step), and a checkpoint holds the
 trainable weights, the optimizer, the RNG states and the records so far; a rerun of the same
@@ -86,12 +90,15 @@ COLUMNS = (
     "kl", "kl_k3", "step_kl", "loss", "surrogate", "clip_fraction", "grad_norm", "predicted_kl",
     "applied_kl", "gamma", "clipped", "skipped", "skipped_steps", "diag_kl", "kl_probed",
     "kl_scale", "threshold", "beta", "state_bytes", "tokens", "seconds", "eval_accuracy",
-    "eval_seconds",
+    "eval_seconds", "drift_kl",
 )
 TIMING_COLUMNS = ("seconds", "eval_seconds")
 RECORDS_FILE, MANIFEST_FILE, CHECKPOINT_FILE = "records.csv", "manifest.json", "checkpoint/state.pt"
 PACKAGES = ("torch", "transformers", "peft", "datasets", "math-verify", "logra", "galore-torch",
             "apollo-torch")
+
+
+PROBE_STEP = -1  # the drift probe samples with step_seed(seed, PROBE_STEP), never a step's seed
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -270,6 +277,28 @@ class Trainer:
             accuracy = correct / total
         return dict(eval_accuracy=accuracy, eval_seconds=time.perf_counter() - start)
 
+    def probe_drift(self) -> dict[str, float]:
+        """KL(π_θ ‖ π_ref) per token on the drift probe (module docstring, `drift_kl`).
+
+        The batch KL of a step (`kl`) measures the drift on B fresh completions of training
+        prompts, so it moves from step to step by its sampling spread even while the policy
+        stands still; the probe measures it on `drift_probe_prompts`·G completions of the same
+        held-out prompts with the same sampling seeds every time (common random numbers), so
+        that probes differ by the change of the policy, not the draw.
+        """
+        c = self.config
+        part = self.dp.split(c["drift_probe_prompts"])
+        prompts = self.test_prompts.select(range(part.start, part.stop))
+        rollout = sample(self.policy, self.tokenizer, list(prompts["prompt"]), c["group_size"],
+                         c["max_new_tokens"], seed=step_seed(c["seed"], PROBE_STEP),
+                         first_row=part.start * c["group_size"])
+        with torch.no_grad():
+            kl = float(categorical_kl(completion_logits(self.policy, rollout),
+                                      completion_logits(self.reference, rollout),
+                                      rollout.response_mask))
+        n_local = float(rollout.response_mask.sum())
+        return dict(drift_kl=self.dp.token_mean(dict(drift_kl=kl), n_local)["drift_kl"])
+
     # ------------------------------------------------------------------ checkpoints
 
     def save(self, path: Path, step: int, records: list[dict[str, Any]]) -> None:
@@ -373,6 +402,8 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
         record = trainer.step(t)
         if t % config["eval_every"] == 0:
             record.update(trainer.evaluate())
+        if config["drift_probe_every"] and t % config["drift_probe_every"] == 0:
+            record.update(trainer.probe_drift())
         records.append(record)
         bar.update()
         bar.set_postfix(reward=f"{record['reward']:.3f}", kl=f"{record['kl']:.2e}",
