@@ -25,7 +25,7 @@ import yaml
 from logra.data import TASKS
 from logra.experiments.config import EXPERIMENTS_DIR, ConfigError, load_config
 from logra.models import SCALES
-from logra.optim.logra import KL_ESTIMATORS, RECONSTRUCTIONS
+from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
 from logra.optimizers import OPTIMIZERS, check_optimizer
 
 EXPERIMENT = "grpo"
