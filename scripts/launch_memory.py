@@ -10,7 +10,7 @@ LoGRA at the config's rank, with the assumptions that describe that launch:
     compute; fp32 sharded gradients; AdamW moments fp32; no reference model (TRL's beta = 0);
     activation checkpointing; one micro-batch = the completions a GPU scores per step; rollout
     by `generate` over the same completions, cache freed before training; prompt 512 tokens,
-    response `max_new_tokens`.
+    response `max_completion_length`.
 
 The accountant divides optimizer state evenly over the GPUs. LoGRA under FSDP2 keeps the left
 moments m_L, v_L (k×n per matrix) replicated on every rank and shards the right ones by rows
@@ -43,9 +43,9 @@ def assumptions(run: dict, gpus: int) -> Assumptions:
     return Assumptions(
         n_gpus=gpus, gpu_memory_gib=80.0, sharding="zero3", weight_bytes=4, grad_bytes=4,
         master_weights=False, reference_model=False, activation_checkpointing=True,
-        micro_batch=run["completions_per_device"],
-        rollout_sequences_per_gpu=run["completions_per_device"],
-        prompt_length=PROMPT_TOKENS, initial_response_length=run["max_new_tokens"],
+        micro_batch=run["per_device_train_batch_size"],
+        rollout_sequences_per_gpu=run["per_device_train_batch_size"],
+        prompt_length=PROMPT_TOKENS, initial_response_length=run["max_completion_length"],
         response_growth_per_step=0.0,
     )
 
@@ -73,7 +73,7 @@ def rows(gpus: int) -> list[dict]:
         arch = ARCHITECTURES[ARCHITECTURE_OF[run["model"]]]
         model = arch.build()
         a = assumptions(run, gpus)
-        seq = PROMPT_TOKENS + run["max_new_tokens"]
+        seq = PROMPT_TOKENS + run["max_completion_length"]
         row = dict(config=path.name, model=arch.label, seq=seq)
         for name, options in (("adamw", dict(state_dtype="float32")),
                               ("logra", dict(rank=run["rank"],

@@ -1,36 +1,63 @@
 """GRPO with TRL's `GRPOTrainer` and LoGRA, on a proxy policy or a hub model.
 
     pip install -e ".[trl]"
-    python scripts/trl_grpo.py --model smoke --steps 10             # builds the smoke proxy first
-    python scripts/trl_grpo.py --model smoke --steps 10 --ready-made    # optimizers=(LoGRA, None)
+    python scripts/trl_grpo.py --model smoke --max_steps 10        # builds the smoke proxy first
+    python scripts/trl_grpo.py --model smoke --max_steps 10 --ready_made  # optimizers=(LoGRA, None)
     # FSDP2 on one 8-GPU node (the subclass path; Trainer refuses a ready-made optimizer under
     # FSDP), the settings of a reported scale read from a file (docs/distributed.md):
     accelerate launch --config_file experiments/launch/accelerate_fsdp2_8gpu.yaml \
         scripts/trl_grpo.py --config experiments/launch/trl_grpo_7b.yaml
 
+Options (`trl.TrlParser`): this script's own (`LoGRAArguments`: the policy, the task and LoGRA's
+settings) and every option of TRL's `GRPOConfig` (`--learning_rate`, `--max_steps`,
+`--per_device_train_batch_size` = completions each process scores per step, `--num_generations`
+= the group size, `--max_completion_length`, `--report_to tensorboard`, `--save_strategy`, ...),
+in a `--config` YAML of defaults or on the command line, which wins. `SCRIPT_DEFAULTS` sizes a
+CPU run; otherwise TRL's defaults hold (checkpoints every `save_steps`, no reporting).
+
 The reward is 1 for a correct final answer (`logra.data.grading.reward`, the harness's grader).
 Every logged step prints LoGRA's `logra/predicted_kl` and `logra/gamma` beside TRL's reward.
 The KL prediction is LoGRA's default (`kl_estimator="calibrated"`): the diagonal estimate in nats
-per token, refitted by a JVP probe that replays TRL's loss batch every `--kl-probe-every` steps
-(`logra.integrations.trl`). Under FSDP2 the probe is unavailable: the control then warns once
-and does not act unless a measured KL is reported with `optimizer.observe_kl`.
+per token, refitted by a JVP probe that replays TRL's loss batch every `--kl_probe_every` steps
+(`logra.integrations.trainer`). Under FSDP2 the probe is unavailable: the control then warns
+once and does not act unless a measured KL is reported with `optimizer.observe_kl`.
 """
 
-from __future__ import annotations
-
-import argparse
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
-import yaml
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer, TrlParser
 
 from logra import LoGRA
 from logra.data import load_task, to_prompts
 from logra.data.grading import reward
-from logra.integrations.trl import LoGRAGRPOTrainer, LoGRAMetrics
+from logra.integrations.trainer import add_logra_metrics
+from logra.integrations.trl import LoGRAGRPOTrainer
 from logra.memory import logra_param_groups
 from logra.models import SCALES, load_policy, prepare
+
+
+@dataclass
+class LoGRAArguments:
+    """The options of this script that are not `GRPOConfig`'s."""
+
+    model: str = field(default="smoke", metadata={"help": "a proxy scale, directory or hub id"})
+    task: str = field(default="gsm-synth", metadata={"help": "a task of logra.data.TASKS"})
+    rank: int = field(default=16, metadata={"help": "LoGRA's sketch rank"})
+    embedding_rank: int | None = field(
+        default=None, metadata={"help": "sketch rank of the embedding and head (default: rank)"})
+    kl_threshold: float = field(default=0.02, metadata={"help": "δ, nats per token per step"})
+    kl_probe_every: int = field(default=10, metadata={"help": "steps between JVP probes"})
+    ready_made: bool = field(default=False, metadata={
+        "help": "pass optimizers=(LoGRA(...), None) instead of the subclass"})
+
+
+# GRPOConfig defaults for a CPU-sized run; a --config file and the command line override them
+SCRIPT_DEFAULTS = dict(
+    output_dir="results/trl_grpo", max_steps=10, learning_rate=1e-3,
+    per_device_train_batch_size=16, num_generations=4, max_completion_length=48,
+    logging_steps=1, seed=0, use_cpu=not torch.cuda.is_available(),
+)
 
 
 def correct(completions: list[str], gold: list[str], **_) -> list[float]:
@@ -38,66 +65,34 @@ def correct(completions: list[str], gold: list[str], **_) -> list[float]:
     return [reward(text, answer) for text, answer in zip(completions, gold, strict=True)]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The options, with defaults from `--config` if given."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smoke", help="a proxy scale, directory or hub id")
-    parser.add_argument("--task", default="gsm-synth")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--embedding-rank", type=int, default=None,
-                        help="sketch rank of the embedding and head (default: --rank)")
-    parser.add_argument("--kl-threshold", type=float, default=0.02)
-    parser.add_argument("--kl-probe-every", type=int, default=10)
-    parser.add_argument("--completions-per-device", type=int, default=16,
-                        help="completions each process scores per step (TRL's "
-                             "per_device_train_batch_size); prompts per step = this × "
-                             "processes / group size")
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision")
-    parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--ready-made", action="store_true",
-                        help="pass optimizers=(LoGRA(...), None) instead of the subclass")
-    parser.add_argument("--output-dir", default="results/trl_grpo")
-    parser.add_argument("--config", help="YAML of defaults for these options (keys as below, "
-                                          "with underscores); the command line wins")
-    config_file = parser.parse_known_args(argv)[0].config
-    if config_file:
-        defaults = yaml.safe_load(Path(config_file).read_text())
-        unknown = sorted(set(defaults) - set(vars(parser.parse_args([]))))
-        if unknown:
-            parser.error(f"{config_file}: unknown options {unknown}")
-        parser.set_defaults(**defaults)
-    return parser.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> tuple[LoGRAArguments, GRPOConfig]:
+    """This script's options and TRL's `GRPOConfig`, from `--config` and the command line."""
+    parser = TrlParser((LoGRAArguments, GRPOConfig), description=__doc__.split("\n")[0])
+    parser.set_defaults(**SCRIPT_DEFAULTS)
+    return parser.parse_args_and_config(argv)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    args = parse_args(argv)
+    options, config = parse_args(argv)
 
-    source = str(prepare(args.model)) if args.model in SCALES else args.model
+    source = str(prepare(options.model)) if options.model in SCALES else options.model
     model, tokenizer = load_policy(source, torch.float32)  # fp32 master weights, bf16 compute
-    prompts = to_prompts(load_task(args.task, "train"), args.task)
-    config = GRPOConfig(
-        output_dir=args.output_dir, max_steps=args.steps, learning_rate=args.lr,
-        per_device_train_batch_size=args.completions_per_device,
-        num_generations=args.group_size, max_completion_length=args.max_new_tokens,
-        logging_steps=1, report_to="none", save_strategy="no", bf16=args.bf16, seed=0,
-        gradient_checkpointing=args.gradient_checkpointing, use_cpu=not torch.cuda.is_available(),
-    )
-    embedding_rank = args.rank if args.embedding_rank is None else args.embedding_rank
-    logra = dict(predicted_kl_threshold=args.kl_threshold, kl_probe_every=args.kl_probe_every)
+    prompts = to_prompts(load_task(options.task, "train"), options.task)
+    embedding_rank = options.rank if options.embedding_rank is None else options.embedding_rank
+    logra = dict(predicted_kl_threshold=options.kl_threshold,
+                 kl_probe_every=options.kl_probe_every)
     common = dict(reward_funcs=correct, args=config, train_dataset=prompts,
                   processing_class=tokenizer)
-    if args.ready_made:
-        groups = logra_param_groups(model, args.rank, embedding_rank)
-        optimizer = LoGRA(groups, lr=args.lr, **logra)
+    if options.ready_made:  # the optimizer settings the subclass takes from the GRPOConfig
+        groups = logra_param_groups(model, options.rank, embedding_rank)
+        optimizer = LoGRA(groups, config.learning_rate, (config.adam_beta1, config.adam_beta2),
+                          config.adam_epsilon, config.weight_decay, **logra)
         trainer = GRPOTrainer(model, optimizers=(optimizer, None), **common)
-        trainer.add_callback(LoGRAMetrics(trainer))
+        add_logra_metrics(trainer)
     else:
         trainer = LoGRAGRPOTrainer(
-            model, logra=dict(logra, rank=args.rank, embedding_rank=embedding_rank), **common)
+            model, logra=dict(logra, rank=options.rank, embedding_rank=embedding_rank),
+            **common)
     trainer.train()
     rows = [row for row in trainer.state.log_history if "logra/gamma" in row]
     for row in rows:

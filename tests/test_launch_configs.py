@@ -20,14 +20,17 @@ LAUNCH = REPO / "experiments" / "launch"
 def test_launch_configs_are_options_of_the_trl_script(load_script, scale: str) -> None:
     pytest.importorskip("trl")
     script = load_script("trl_grpo")
-    args = script.parse_args(["--config", str(LAUNCH / f"trl_grpo_{scale}.yaml")])
-    assert args.bf16 and args.rank == 16 and args.embedding_rank == 64
-    assert args.kl_threshold == 0.02 and args.lr == 1e-6
+    # GRPOConfig checks for whole groups per generation batch on this process count (1 here, 8
+    # at launch): one process generating for 8 steps holds what 8 do in one
+    launch = ["--config", str(LAUNCH / f"trl_grpo_{scale}.yaml"), "--steps_per_generation", "8"]
+    options, config = script.parse_args(launch)
+    assert config.bf16 and options.rank == 16 and options.embedding_rank == 64
+    assert options.kl_threshold == 0.02 and config.learning_rate == 1e-6
     accelerate = yaml.safe_load((LAUNCH / "accelerate_fsdp2_8gpu.yaml").read_text())
     world = accelerate["num_processes"]
-    assert args.completions_per_device * world % args.group_size == 0  # whole groups
-    assert script.parse_args(["--config", str(LAUNCH / f"trl_grpo_{scale}.yaml"),
-                              "--rank", "32"]).rank == 32  # the command line wins
+    assert config.per_device_train_batch_size * world % config.num_generations == 0  # groups
+    options, _ = script.parse_args([*launch, "--rank", "32"])
+    assert options.rank == 32  # the command line wins
 
 
 def test_accelerate_config_is_fsdp2_with_checkpointing_in_bf16() -> None:

@@ -3,6 +3,9 @@ frames, run sharing with the KL notebook, and the proxy preparation of `logra-re
 
 from __future__ import annotations
 
+import json
+import re
+
 import pandas as pd
 import pytest
 
@@ -72,6 +75,22 @@ def test_notebook_claim_rows(executed) -> None:
         "reproduced"][3]
     assert "scripts/trl_grpo.py --config experiments/launch/trl_grpo_27b.yaml" in claims[
         "reproduced"][4]
+
+
+NOISE = re.compile(r"warning|Loading weights|Failed to load", re.IGNORECASE)
+
+
+def test_the_executed_notebook_reads_cleanly(executed) -> None:
+    """No warning, per-load "Loading weights" bar or library notice in any stderr output
+    (logra.quiet, logra.models.load_policy): the bars of long loops and the results only.
+    This notebook loads every policy it trains, LoRA's through peft (and bitsandbytes)."""
+    out, _ = executed
+    notebook = json.loads((out / f"{cmp.NOTEBOOK}.ipynb").read_text())
+    stderr = ["".join(output["text"]) for cell in notebook["cells"]
+              for output in cell.get("outputs", []) if output.get("name") == "stderr"]
+    assert any("comparison:" in text for text in stderr)  # the runs' one bar is there
+    noisy = [line for text in stderr for line in text.splitlines() if NOISE.search(line)]
+    assert not noisy, noisy
 
 
 def test_comparison_reuses_the_kl_notebooks_runs() -> None:

@@ -17,7 +17,8 @@ import datasets  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from logra import LoGRA  # noqa: E402
-from logra.integrations.trl import LoGRAGRPOTrainer, LoGRAMetrics, unwrap  # noqa: E402
+from logra.integrations.trainer import add_logra_metrics, unwrap  # noqa: E402
+from logra.integrations.trl import LoGRAGRPOTrainer  # noqa: E402
 from logra.models.tokenizer import char_tokenizer  # noqa: E402
 
 STEPS = 3
@@ -81,7 +82,7 @@ def test_grpo_trainer_with_a_ready_made_logra(tmp_path: Path) -> None:
     optimizer = LoGRA(model.parameters(), lr=config.learning_rate, **LOGRA)
     trainer = trl.GRPOTrainer(model, digit_share, args=config, train_dataset=prompts,
                               processing_class=tokenizer, optimizers=(optimizer, None))
-    trainer.add_callback(LoGRAMetrics(trainer))
+    add_logra_metrics(trainer)
     trainer.train()
     assert unwrap(trainer.optimizer) is optimizer
     check_training(trainer, before)
@@ -116,3 +117,22 @@ def test_subclass_refuses_a_second_optimizer_and_fixed_options(tmp_path: Path) -
     with pytest.raises(ValueError, match="GRPOConfig"):
         LoGRAGRPOTrainer(model, digit_share, args=config, train_dataset=prompts,
                          processing_class=tokenizer, logra=dict(lr=1.0))
+
+
+def test_the_script_passes_every_grpo_config_option_through(load_script) -> None:
+    """TrlParser: GRPOConfig's options on the command line and in a --config file; no
+    hard-coded report_to or save_strategy."""
+    script = load_script("trl_grpo")
+    launch = Path(__file__).resolve().parents[1] / "experiments" / "launch" / "trl_grpo_7b.yaml"
+    options, config = script.parse_args([
+        "--config", str(launch), "--report_to", "tensorboard", "--save_steps", "50",
+        "--beta", "0.04", "--rank", "8"])
+    assert isinstance(config, trl.GRPOConfig)
+    assert config.report_to == ["tensorboard"] and config.save_steps == 50 and config.beta == 0.04
+    assert config.save_strategy == "steps" and config.max_steps == 1100  # TRL's, the file's
+    assert (options.model, options.rank, options.embedding_rank) == (
+        "Qwen/Qwen2.5-7B-Instruct", 8, 64)
+    _, defaults = script.parse_args([])
+    assert defaults.max_steps == script.SCRIPT_DEFAULTS["max_steps"]
+    with pytest.raises(ValueError, match="not_an_option"):
+        script.parse_args(["--not_an_option", "1"])

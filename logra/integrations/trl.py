@@ -1,11 +1,11 @@
-"""LoGRA in TRL's `GRPOTrainer`, with its predicted KL and γ in the trainer's metrics.
+"""LoGRA in TRL's `GRPOTrainer`, with its predicted KL and γ in the trainer's logs.
 
 Two ways in:
 
     # 1. a ready-made optimizer (single process, DDP)
     trainer = GRPOTrainer(model, reward_funcs, args=config, train_dataset=data,
                           optimizers=(LoGRA(model.parameters(), lr=..., rank=16), None))
-    trainer.add_callback(LoGRAMetrics(trainer))
+    add_logra_metrics(trainer)      # logra.integrations.trainer: any Hugging Face Trainer
 
     # 2. the optimizer built by the trainer, after Accelerate has wrapped the model: the path
     #    `Trainer` allows under FSDP, where it refuses a ready-made optimizer
@@ -17,11 +17,12 @@ off for biases and norms, as `Trainer` does) and everything else from `logra`, w
 hold `embedding_rank`: the sketch rank of the input embedding and output head (DESIGN §1.4: they
 typically want r ≥ 64), in a param group of their own.
 
-Metrics, averaged over each logging window like TRL's own (`trainer.state.log_history`):
-`logra/predicted_kl` (KL̂ of the unscaled step, nats per token), `logra/gamma`, `logra/clipped`
-(share of steps with γ < 1), `logra/kl_probed` (share of steps an exact JVP probe predicted),
-`logra/kl_scale` (the calibration factor of the diagonal estimate), `logra/skipped_steps`
-(cumulative).
+Metrics: `LoGRAMetrics` (`logra.integrations.trainer`, public `Trainer` callback hooks only)
+adds to each logging step's logs, and to `trainer.state.log_history`, `logra/predicted_kl` (KL̂
+of the unscaled step, nats per token), `logra/gamma`, `logra/clipped` (share of steps with
+γ < 1), `logra/kl_probed` (share of steps an exact JVP probe predicted), `logra/kl_scale` (the
+calibration factor of the diagonal estimate), averaged over the logging window, and
+`logra/skipped_steps` (cumulative).
 
 The KL prediction means the same here as in `logra.rl`: at the start of training `LoGRAMetrics`
 attaches the optimizer to the model (`LoGRA.attach`), so the default `kl_estimator="calibrated"`
@@ -40,70 +41,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
-from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from logra.integrations.trainer import add_logra_metrics
 from logra.optim import LoGRA
 
 
-def unwrap(optimizer: Any) -> Any:
-    """The optimizer inside Accelerate's `AcceleratedOptimizer` wrappers."""
-    while hasattr(optimizer, "optimizer"):
-        optimizer = optimizer.optimizer
-    return optimizer
-
-
-TRL_LOSS_KEYWORDS = ("labels", "shift_labels", "fused_lm_head", "num_items_in_batch")
-
-
-def logits_inputs(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
-    """TRL's recorded loss-forward inputs without the keywords that select its fused LM head,
-    so that the replayed forward returns logits."""
-    return args, {k: v for k, v in kwargs.items() if k not in TRL_LOSS_KEYWORDS}
-
-
-def completion_mask(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
-    """The logit positions that predict a completion token: position t where labels[t+1] is
-    not -100 (TRL masks prompt and padding with -100), shape (batch, sequence)."""
-    labels = kwargs.get("labels")
-    if not isinstance(labels, torch.Tensor):
-        mask = kwargs.get("attention_mask")
-        return mask.bool() if isinstance(mask, torch.Tensor) else None
-    mask = torch.zeros_like(labels, dtype=torch.bool)
-    mask[:, :-1] = labels[:, 1:] != -100
-    return mask
-
-
-class LoGRAMetrics(TrainerCallback):
-    """Attaches LoGRA to the model at the start of training (its KL probe replays TRL's loss
-    forward) and logs `last_step` into the GRPO trainer's metrics after every optimizer step."""
-
-    def __init__(self, trainer: GRPOTrainer) -> None:
-        self.trainer = trainer
-
-    def _optimizer(self) -> LoGRA:
-        optimizer = unwrap(self.trainer.optimizer)
-        if not isinstance(optimizer, LoGRA):
-            raise TypeError(f"LoGRAMetrics needs a LoGRA optimizer, got {type(optimizer).__name__}")
-        return optimizer
-
-    def on_train_begin(self, args, state, control, **kwargs) -> None:
-        optimizer = self._optimizer()
-        if optimizer.kl_estimator in ("calibrated", "jvp"):
-            optimizer.attach(self.trainer.model, token_mask_fn=completion_mask,
-                             inputs_fn=logits_inputs)
-
-    def on_optimizer_step(self, args, state, control, **kwargs) -> None:
-        last = self._optimizer().last_step
-        metrics = self.trainer._metrics["train"]  # what GRPOTrainer.log averages and reports
-        for key in ("predicted_kl", "gamma", "clipped", "kl_probed", "kl_scale", "skipped_steps"):
-            metrics[f"logra/{key}"].append(float(last[key]))
-
-
 class LoGRAGRPOTrainer(GRPOTrainer):
-    """`GRPOTrainer` whose `create_optimizer` builds LoGRA; logs `LoGRAMetrics`.
+    """`GRPOTrainer` whose `create_optimizer` builds LoGRA; logs `LoGRAMetrics` (ahead of the
+    reporting callbacks, `add_logra_metrics`).
 
     Args: those of `GRPOTrainer` (except `optimizers`), plus `logra`: keyword arguments of
     `LoGRA` other than lr, betas, eps and weight_decay, which come from `args`, and optionally
@@ -119,7 +66,7 @@ class LoGRAGRPOTrainer(GRPOTrainer):
             raise ValueError(f"{sorted(fixed)} come from the GRPOConfig, not from logra=")
         self.logra_options = dict(logra or {})
         super().__init__(*args, **kwargs)
-        self.add_callback(LoGRAMetrics(self))
+        add_logra_metrics(self)
 
     def create_optimizer(self, model: nn.Module | None = None) -> LoGRA:
         """LoGRA over the trainable parameters, grouped by (weight decay, embedding or not)."""

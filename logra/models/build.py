@@ -14,6 +14,8 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -175,7 +177,8 @@ def _save(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the build is a shared result
     try:
-        model.save_pretrained(tmp)
+        with _without_progress_bars():
+            model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         io.write_json(tmp / "warmup.json", report)
         io.write_json(tmp / "build_config.json", config)
@@ -198,15 +201,30 @@ def load_policy(
     """Model and tokenizer through `from_pretrained`, from a scale name, a directory or a hub id.
 
     A proxy scale resolves to `root/<scale>`, which must have been built by
-    `logra-repro prepare --scale <scale>`; a hub scale resolves to its hub id.
+    `logra-repro prepare --scale <scale>`; a hub scale resolves to its hub id. A local directory
+    loads without transformers' "Loading weights" bar (one per load, dozens in a notebook); a
+    hub id keeps its download bars.
     """
     source = _resolve(scale_or_path, Path(root))
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    with _without_progress_bars() if Path(source).is_dir() else nullcontext():
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+@contextmanager
+def _without_progress_bars() -> Iterator[None]:
+    """Transformers' (and the hub's) progress bars off inside, restored after."""
+    enabled = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers.utils.logging.enable_progress_bar()
 
 
 def _resolve(scale_or_path: str, root: Path) -> str:

@@ -102,6 +102,12 @@ from logra.optim.distributed import (
     row_shard,
     true_on_every_rank,
 )
+from logra.optim.hyperparameters import (
+    KL_CONTROL_KEYS,
+    check_adamw,
+    check_sketch,
+    common_kl_control,
+)
 from logra.optim.kl import (
     BatchRecorder,
     batch_rows,
@@ -120,9 +126,7 @@ from logra.optim.updates import (
     as_matrix,
 )
 
-RECONSTRUCTIONS = ("gain", "nystrom", "blend", "subspace")
 NORM_GROWTH_LIMIT = 1.01  # Fira's γ: the "subspace" scaled residual grows ≤ 1 % a step
-KL_ESTIMATORS = ("calibrated", "diag", "jvp")
 
 
 def sketch_shapes(
@@ -141,6 +145,12 @@ def sketch_shapes(
     if k > m or rank > n or k * n + m * rank >= m * n:
         return None
     return (k, n), (m, rank)
+
+
+def _group_setting(key: str) -> property:
+    """A read-only view of a KL-control key, the same in every param group (set it there)."""
+    return property(lambda self: self._kl_control()[key],
+                    doc=f"`{key}` of the param groups (read-only: set group[{key!r}])")
 
 
 # foreach=None batches tensors of at most this many elements (see LoGRA._units).
@@ -179,11 +189,21 @@ class LoGRA(Optimizer):
     The positional arguments are AdamW's (params, lr, betas, eps, weight_decay, amsgrad); every
     other argument is keyword-only.
 
+    Hyperparameters live in the param groups, as torch's optimizers keep them: `state_dict()`
+    carries them and a scheduler (or user code: `group["predicted_kl_threshold"] = 0.01`) can
+    change them between steps. That includes the KL control's `predicted_kl_threshold`,
+    `kl_estimator`, `kl_calibration`, `kl_probe_every`, `kl_probe_stride`, `kl_drift_budget` and
+    `kl_drift_window`. The control is global: one γ scales the whole step, from one prediction
+    summed over every group, so these keys must be equal in every group; a group added with
+    another value, or a step after groups came to disagree, raises a ValueError naming the key
+    (change them in every group). The attributes of the same names read them (read-only).
+    Loading a state saved before these keys were in the groups keeps the constructor's values.
+
     Args:
         params: parameters or param groups, as for AdamW (named parameters work too). A group may
             set its own `rank`, `oversample`, `reconstruction`, `rtol`, or `sketch=False`
             (dense AdamW for that group, e.g. for embeddings that want more than low rank).
-        lr, betas, eps, weight_decay: as for AdamW (weight decay decoupled).
+        lr, betas, eps, weight_decay: as for AdamW (weight decay decoupled), but eps > 0.
         rank: sketch rank r of every matrix in the group.
         predicted_kl_threshold: δ of the step control, in nats per token per step: the largest
             predicted KL(π_before ‖ π_after) a step may cause; None turns the control off.
@@ -203,7 +223,7 @@ class LoGRA(Optimizer):
         kl_probe_stride: the probe of "calibrated" replays every this many-th sequence of the
             batch (from an offset that rotates with the step), so it costs 1/stride of "jvp".
         kl_calibration_window: how many recent (estimate, KL) pairs the calibration's median
-            runs over (`logra.optim.calibration`).
+            runs over (`logra.optim.calibration`); fixed at construction, not a group key.
         kl_drift_budget: B, a bound on KL(π_θ ‖ π_ref) in nats per token (beyond the report):
             each step's budget shrinks to (√B − √K)² as the KL to the reference K, reported by
             the trainer with `observe_reference_kl`, approaches B (`step_threshold`); K is the
@@ -259,25 +279,6 @@ class LoGRA(Optimizer):
                             ("differentiable", differentiable), ("fused", fused)):
             if value:
                 raise ValueError(f"LoGRA does not support {flag}=True")
-        if predicted_kl_threshold is not None and not predicted_kl_threshold > 0:
-            raise ValueError(
-                f"predicted_kl_threshold must be > 0 or None, got {predicted_kl_threshold}"
-            )
-        if kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
-        if not kl_calibration > 0:
-            raise ValueError(f"kl_calibration must be > 0, got {kl_calibration}")
-        if isinstance(kl_probe_every, bool) or not isinstance(kl_probe_every, int) \
-                or kl_probe_every < 1:
-            raise ValueError(f"kl_probe_every must be an int ≥ 1, got {kl_probe_every!r}")
-        if isinstance(kl_probe_stride, bool) or not isinstance(kl_probe_stride, int) \
-                or kl_probe_stride < 1:
-            raise ValueError(f"kl_probe_stride must be an int ≥ 1, got {kl_probe_stride!r}")
-        if kl_drift_budget is not None and not kl_drift_budget > 0:
-            raise ValueError(f"kl_drift_budget must be > 0 or None, got {kl_drift_budget}")
-        if isinstance(kl_drift_window, bool) or not isinstance(kl_drift_window, int) \
-                or kl_drift_window < 1:
-            raise ValueError(f"kl_drift_window must be an int ≥ 1, got {kl_drift_window!r}")
         kl_fit = KLCalibration(kl_calibration_window)  # validates the window
         if refresh_every is not None and (not isinstance(refresh_every, int) or refresh_every < 1):
             raise ValueError(f"refresh_every must be a positive int or None, got {refresh_every}")
@@ -287,15 +288,12 @@ class LoGRA(Optimizer):
             lr=lr, rank=rank, betas=betas, eps=eps, weight_decay=weight_decay,
             reconstruction=reconstruction, rtol=rtol, oversample=oversample, sketch=sketch,
             maximize=maximize, seed=seed, foreach=foreach,
+            predicted_kl_threshold=predicted_kl_threshold, kl_estimator=kl_estimator,
+            kl_calibration=kl_calibration, kl_probe_every=kl_probe_every,
+            kl_probe_stride=kl_probe_stride, kl_drift_budget=kl_drift_budget,
+            kl_drift_window=kl_drift_window,
         )
-        self.predicted_kl_threshold = predicted_kl_threshold
-        self.kl_estimator = kl_estimator
-        self.kl_calibration = float(kl_calibration)
-        self.kl_probe_every = kl_probe_every
-        self.kl_probe_stride = kl_probe_stride
         self.kl_fit = kl_fit
-        self.kl_drift_budget = kl_drift_budget
-        self.kl_drift_window = kl_drift_window
         self._reference_kls: list[float] = []  # the last KL(π_θ ‖ π_ref) the trainer reported
         self._kl_steps = 0  # steps taken (not skipped): the probe schedule
         self._warned_uncalibrated = False
@@ -315,7 +313,9 @@ class LoGRA(Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate a group's hyperparameters and parameters before it joins the optimizer."""
         merged = {**self.defaults, **param_group}
-        _validate_group(merged)
+        check_adamw(merged)
+        check_sketch(merged)
+        common_kl_control([*self.param_groups, merged])
         params = param_group["params"]
         params = [params] if isinstance(params, Tensor) else list(params)  # may be a generator
         param_group = {**param_group, "params": params}
@@ -324,6 +324,19 @@ class LoGRA(Optimizer):
             if isinstance(p, Tensor) and p.is_complex():
                 raise TypeError(f"LoGRA does not support complex parameters (parameter {i})")
         super().add_param_group(param_group)
+
+    def _kl_control(self) -> dict[str, Any]:
+        """The KL-control settings of the param groups (`KL_CONTROL_KEYS`), the same in every
+        group; ValueError naming a key the groups disagree on, or a bad value."""
+        return common_kl_control(self.param_groups)
+
+    predicted_kl_threshold = _group_setting("predicted_kl_threshold")
+    kl_estimator = _group_setting("kl_estimator")
+    kl_calibration = _group_setting("kl_calibration")
+    kl_probe_every = _group_setting("kl_probe_every")
+    kl_probe_stride = _group_setting("kl_probe_stride")
+    kl_drift_budget = _group_setting("kl_drift_budget")
+    kl_drift_window = _group_setting("kl_drift_window")
 
     def attach(
         self,
@@ -437,6 +450,7 @@ class LoGRA(Optimizer):
             with torch.enable_grad():
                 loss = closure()
 
+        self._kl_control()  # the groups agree on the control's settings, before any change
         slots = self._slots_with_grad()
         mesh_group = _mesh_group(slots)
         threshold = self.step_threshold()
@@ -891,20 +905,26 @@ class LoGRA(Optimizer):
         are put back afterwards, moved to the parameter's device.
         """
         state_dict = dict(state_dict)
+        groups = []
         for i, group in enumerate(state_dict.get("param_groups", [])):
-            missing = sorted(set(self.defaults) - set(group))
+            missing = sorted(set(self.defaults) - set(group) - set(KL_CONTROL_KEYS))
             if missing:
                 raise ValueError(
-                    f"state_dict param group {i} lacks LoGRA's keys {missing}: it was saved by "
-                    "another optimizer (torch.optim.AdamW?). LoGRA keeps sketches of the moments, "
-                    "not the dense moments such a state holds; start LoGRA from a fresh state")
+                    f"state_dict param group {i} lacks LoGRA's keys {missing}: it is not a LoGRA "
+                    "state but another optimizer's (torch.optim.AdamW?). LoGRA keeps sketches of "
+                    "the moments, not the dense moments such a state holds; start LoGRA from a "
+                    "fresh state")
+            # a state saved before the KL control's keys moved into the groups: this optimizer's
+            groups.append({**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group})
+        state_dict["param_groups"] = groups
+        common_kl_control(groups)
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
         self._kl_steps = int(state_dict.pop("kl_steps", 0))
         saved = [float(k) for k in state_dict.pop("reference_kls", [])]
-        self._reference_kls = saved[-self.kl_drift_window:]
         self._projection_cache.clear()
         super().load_state_dict(state_dict)
+        self._reference_kls = saved[-self.kl_drift_window:]
         saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
         current = chain.from_iterable(g["params"] for g in self.param_groups)
         param_of = dict(zip(saved_ids, current, strict=True))
@@ -951,10 +971,6 @@ def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> bool:
     return true_on_every_rank(flag, group)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _mesh_group(slots: list[_Slot]) -> dist.ProcessGroup | None:
     """The process group of the sharded parameters' mesh (one for all of them), or None."""
     meshes = {s.shard.mesh for s in slots if s.shard is not None}
@@ -976,45 +992,3 @@ def _predicted_fisher(units: list[_Unit], updates: list, group: dist.ProcessGrou
     if sharded:
         replicated += all_reduce_sum(torch.stack(sharded).sum(), group).cpu()
     return float(replicated)
-
-
-def _validate_group(group: dict[str, Any]) -> None:
-    """Clear errors naming the hyperparameter, raised before a group is added."""
-    lr = group["lr"]
-    if isinstance(lr, Tensor):
-        if lr.numel() != 1:
-            raise ValueError("lr as a Tensor must have one element")
-    elif not _is_number(lr):
-        raise TypeError(f"lr must be a number or a one-element Tensor, got {type(lr).__name__} "
-                        f"{lr!r}" + (" (YAML 1.1 reads 1e-6 as a string: write 1.0e-6)"
-                                     if isinstance(lr, str) else ""))
-    if not float(lr) >= 0:
-        raise ValueError(f"Invalid learning rate (lr): {float(lr)}")
-    betas = group["betas"]
-    if not isinstance(betas, tuple | list) or len(betas) != 2 \
-            or not all(_is_number(b) or isinstance(b, Tensor) for b in betas):
-        raise TypeError(f"betas must be a pair of numbers (beta1, beta2), got {betas!r}")
-    if not all(0.0 <= float(b) < 1.0 for b in betas):
-        raise ValueError(f"Invalid betas: {betas} (each must lie in [0, 1))")
-    for key in ("eps", "weight_decay"):
-        if not _is_number(group[key]):
-            raise TypeError(f"{key} must be a number, got {type(group[key]).__name__} "
-                            f"{group[key]!r}")
-    if not group["eps"] > 0:
-        raise ValueError(f"Invalid eps: {group['eps']} (must be > 0)")
-    if not group["weight_decay"] >= 0:
-        raise ValueError(f"Invalid weight_decay: {group['weight_decay']}")
-    rank = group["rank"]
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"Invalid rank: {rank!r} (must be an int ≥ 1)")
-    oversample = group["oversample"]
-    if isinstance(oversample, bool) or not isinstance(oversample, int) or oversample < 0:
-        raise ValueError(f"Invalid oversample: {oversample!r} (must be an int ≥ 0)")
-    if group["reconstruction"] not in RECONSTRUCTIONS:
-        raise ValueError(
-            f"Invalid reconstruction: {group['reconstruction']!r} (one of {RECONSTRUCTIONS})"
-        )
-    if not 0 <= group["rtol"] < 1:
-        raise ValueError(f"Invalid rtol: {group['rtol']} (must lie in [0, 1))")
-    if not isinstance(group["sketch"], bool):
-        raise TypeError(f"sketch must be a bool, got {group['sketch']!r}")

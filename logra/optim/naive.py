@@ -24,7 +24,8 @@ from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
 from logra.optim import sketch as sk
-from logra.optim.logra import _validate_group, adam_direction
+from logra.optim.hyperparameters import check_adamw, check_int
+from logra.optim.logra import adam_direction
 
 
 def projected_shape(shape: tuple[int, ...] | torch.Size, rank: int) -> tuple[int, int] | None:
@@ -38,28 +39,49 @@ def projected_shape(shape: tuple[int, ...] | torch.Size, rank: int) -> tuple[int
 
 
 class RandomProjectionAdam(Optimizer):
-    """Adam in a fixed one-sided random subspace per matrix; see the module docstring."""
+    """Adam in a fixed one-sided random subspace per matrix; see the module docstring.
+
+    The positional arguments are AdamW's (params, lr, betas, eps, weight_decay, amsgrad), with
+    amsgrad unsupported; `rank` (r, which a group may set) and `seed` are keyword-only.
+    """
 
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        rank: int = 16,
+        lr: float | Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.01,
+        amsgrad: bool = False,
         *,
+        rank: int = 16,
         seed: int = 0,
     ) -> None:
+        if amsgrad:
+            raise ValueError("RandomProjectionAdam does not support amsgrad=True")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         defaults = dict(lr=lr, rank=rank, betas=betas, eps=eps, weight_decay=weight_decay,
                         seed=seed)
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict) -> None:
+        """Validate a group's hyperparameters before it joins the optimizer."""
         merged = {**self.defaults, **param_group}
-        _validate_group({"reconstruction": "gain", "rtol": 0.0, "oversample": 0, "sketch": True,
-                         **merged})
+        check_adamw(merged)
+        check_int("rank", merged["rank"], 1)
         super().add_param_group(param_group)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """As torch does, after refusing another optimizer's state (its dense moments are not
+        the projected ones this optimizer keeps)."""
+        for i, group in enumerate(state_dict.get("param_groups", [])):
+            missing = sorted(set(self.defaults) - set(group))
+            if missing:
+                raise ValueError(
+                    f"state_dict param group {i} lacks {missing}: it is not a "
+                    "RandomProjectionAdam state but another optimizer's (torch.optim.AdamW?)")
+        super().load_state_dict(state_dict)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:

@@ -25,7 +25,7 @@ import yaml
 from logra.data import TASKS
 from logra.experiments.config import EXPERIMENTS_DIR, ConfigError, load_config
 from logra.models import SCALES
-from logra.optim.logra import KL_ESTIMATORS, RECONSTRUCTIONS
+from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
 from logra.optimizers import OPTIMIZERS, check_optimizer
 
 EXPERIMENT = "grpo"
@@ -33,7 +33,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda", "auto")
 # Keys that do not change what a run computes: they stay out of the run directory's hash.
 NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir", "threads",
-              "scale")
+              "scale", "tensorboard")
 # key -> the key without which it does nothing (a key naming itself: nothing while it is null)
 ONLY_WITH = {"kl_drift_window": "kl_drift_budget", "drift_probe_every": "drift_probe_every",
              "drift_probe_prompts": "drift_probe_every"}
@@ -133,6 +133,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     targets = config["lora_targets"]
     if not targets or not all(isinstance(t, str) for t in targets):
         raise ConfigError(f"lora_targets must be a non-empty list of module names, got {targets!r}")
+    if not isinstance(config["tensorboard"], bool):
+        raise ConfigError(f"tensorboard must be true or false, got {config['tensorboard']!r}")
     for key in ("run_name", "data_dir"):
         if config[key] is not None and not isinstance(config[key], str):
             raise ConfigError(f"{key} must be a string or null, got {config[key]!r}")

@@ -83,6 +83,7 @@ from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
 from logra.rl.grpo import AdaptiveKLController, group_advantages, grpo_loss
 from logra.rl.rollout import Rollout, completion_logits, sample, token_logprobs
+from logra.rl.tracking import TensorBoardLog
 
 REPO = Path(__file__).resolve().parents[2]
 COLUMNS = (
@@ -376,8 +377,9 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
 
     `config` is a resolved config (`logra.rl.config.resolve`); it is validated again here, so a
     bad one fails before anything is loaded. Writes `records.csv`, `manifest.json` and
-    `checkpoint/state.pt` under `logra.rl.config.run_dir(config)` (rank 0 of a data-parallel
-    run; every rank returns the records).
+    `checkpoint/state.pt` under `logra.rl.config.run_dir(config)`, and with `tensorboard: true`
+    each record's scalars under its `tensorboard/` (`logra.rl.tracking`) (rank 0 of a
+    data-parallel run; every rank returns the records).
     """
     config = cfg.validate(dict(config))
     directory = cfg.run_dir(config)
@@ -395,6 +397,9 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
         io.write_json(manifest_path, manifest)
     if not records:
         records.append(dict(step=0, **initial_evaluation(trainer)))
+    tensorboard = TensorBoardLog(directory, done) if config["tensorboard"] and main else None
+    if tensorboard is not None and done == 0:
+        tensorboard.write(records[0])
     steps = config["steps"]
     bar = tqdm(total=steps, initial=min(done, steps), disable=not (progress and main),
                desc=directory.name, unit="step")
@@ -405,6 +410,8 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
         if config["drift_probe_every"] and t % config["drift_probe_every"] == 0:
             record.update(trainer.probe_drift())
         records.append(record)
+        if tensorboard is not None:
+            tensorboard.write(record)
         bar.update()
         bar.set_postfix(reward=f"{record['reward']:.3f}", kl=f"{record['kl']:.2e}",
                         **({"eval": f"{record['eval_accuracy']:.3f}"}
@@ -414,6 +421,8 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
             if main:
                 _write(directory, manifest, records, t)
     bar.close()
+    if tensorboard is not None:
+        tensorboard.close()
     manifest.update(status="finished", completed_steps=max(done, steps))
     if main:
         io.write_json(manifest_path, manifest)
