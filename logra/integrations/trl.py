@@ -14,8 +14,8 @@ Two ways in:
 
 `LoGRAGRPOTrainer` takes lr, betas, eps and weight decay from the `GRPOConfig` (weight decay
 off for biases and norms, as `Trainer` does) and everything else from `logra`, which may also
-hold `embedding_rank`: the sketch rank of the input embedding and output head (DESIGN §1.4: they
-typically want r ≥ 64), in a param group of their own.
+hold `embedding_rank`: the sketch rank of the input embedding and output head
+(docs/design.md §1.4: they typically want r ≥ 64), in a param group of their own.
 
 Metrics, averaged over each logging window like TRL's own (`trainer.state.log_history`):
 `logra/predicted_kl` (KL̂ of the unscaled step, nats per token), `logra/gamma`, `logra/clipped`
