@@ -200,3 +200,12 @@ def test_the_repository_stands_alone() -> None:
                  and not (REPO / path).is_symlink()
                  for marker in outside if marker.encode() in (REPO / path).read_bytes()]
     assert offenders == []
+
+
+def test_every_design_citation_names_a_section_of_docs_design() -> None:
+    sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)[ .]",
+                              (REPO / "docs" / "design.md").read_text(), re.M))
+    cited = {number for path in tracked_files() if path.endswith((".py", ".md"))
+             for number in re.findall(r"docs/design\.md §(\d+(?:\.\d+)?)",
+                                      (REPO / path).read_text())}
+    assert cited and cited <= sections, sorted(cited - sections)
