@@ -48,12 +48,18 @@ def notebooks_epilog() -> str:
             "writes under\nresults/<scale>/figures (or --figures-dir).\n")
 
 
+def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
+    """Report a usage error as argparse does (usage line, then the message) and return 2."""
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _reproduce(args: argparse.Namespace) -> int:
-    names = notebooks.ordered(args.only)
     try:
-        notebooks.check_scale(args.scale, names)
+        notebooks.check_scale(args.scale, notebooks.ordered(args.only))
     except ValueError as err:
-        args.parser.error(str(err))
+        return usage_error(args.parser, str(err))
     start = time.perf_counter()
     try:
         notebooks.reproduce(args.scale, only=args.only, figures_dir=args.figures_dir,
@@ -70,13 +76,13 @@ def _prepare(args: argparse.Namespace) -> int:
     from logra.models import SCALES, prepare
 
     if args.scale not in SCALES:
-        args.parser.error(f"unknown scale {args.scale!r}; valid: {list(SCALES)}")
+        return usage_error(args.parser, f"unknown scale {args.scale!r}; valid: {list(SCALES)}")
     results = results_root(args.results_dir)
     try:
         built = prepare(args.scale, root=results / "models", data_dir=results / "data",
                         force=args.force, threads=args.threads)
     except ValueError as err:  # bad --threads, before anything is built
-        args.parser.error(str(err))
+        return usage_error(args.parser, str(err))
     if not SCALES[args.scale].is_proxy:
         print(f"{args.scale}: hub model {built}, nothing to build")
         return 0
@@ -103,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = resolve(args.experiment, options.scale, overrides, **given)
     except ConfigError as err:
-        args.parser.error(str(err))
+        return usage_error(args.parser, str(err))
     results = results_root(config["results_dir"])  # not the current directory's results/
     config = {**config, "results_dir": str(results),
               "data_dir": config["data_dir"] or str(results / "data")}

@@ -43,6 +43,15 @@ def executed(monkeypatch) -> list[tuple[str, dict, Path]]:
     return calls
 
 
+def exit_code(argv: list[str]) -> int:
+    """What `logra-repro ARGV` exits with: argparse's own errors raise SystemExit, the
+    commands' usage errors return their code."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
 def test_version(capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--version"])
@@ -76,15 +85,12 @@ def test_help_gives_examples_and_every_notebook_with_its_scales() -> None:
     ["frobnicate"],
 ], ids=lambda argv: " ".join(argv))
 def test_usage_errors_exit_2_before_any_compute(argv, no_compute, capsys) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(argv)
-    assert exit_.value.code == 2
+    assert exit_code(argv) == 2
     assert "usage:" in capsys.readouterr().err
 
 
 def test_a_scale_some_notebooks_lack_names_those_that_have_it(no_compute, capsys) -> None:
-    with pytest.raises(SystemExit):
-        cli.main(["reproduce", "--scale", "1.5b"])
+    assert exit_code(["reproduce", "--scale", "1.5b"]) == 2
     err = capsys.readouterr().err
     having = [n for n, s in notebooks.notebook_scales().items() if "1.5b" in s]
     assert "03_kl_trajectories" in having and "01_sketch_error" not in having
