@@ -1,4 +1,9 @@
-"""`logra-repro`: the kit's command line."""
+"""`logra-repro`: the kit's command line. It prepares the proxy policies, runs one GRPO
+experiment, and reproduces the notebooks (figures, tables and the claims ledger).
+
+Exit status: 0 on success, 2 for a usage error (argparse's convention: a bad option, notebook,
+scale or config), 1 when the work itself fails (a notebook raises, a dependency is missing).
+"""
 
 from __future__ import annotations
 
@@ -8,31 +13,76 @@ import sys
 import time
 from pathlib import Path
 
+import logra
 from logra import notebooks
+
+EXTRAS_HINT = "pip install 'logra[repro,notebooks]'"
+
+EXAMPLES = """\
+examples:
+  logra-repro reproduce --scale smoke                  every notebook in a few minutes, into
+                                                       results/smoke/figures
+  logra-repro reproduce --only 02_memory               one notebook at the default scale
+  logra-repro reproduce --scale 1.5b --only 03_kl_trajectories   a GPU scale, its notebooks only
+  logra-repro prepare --scale proxy-1m                 warm up a proxy policy (cached)
+  logra-repro run grpo --scale smoke optimizer=logra   one GRPO run of the packaged config
+  logra-repro run my_grpo.yaml --results-dir /data/logra lr=3e-4   any copy of that config
+"""
+
+
+def notebooks_epilog() -> str:
+    """The notebooks in run order with the scales each accepts (from their experiment
+    configs), and where each scale writes."""
+    try:
+        scales = notebooks.notebook_scales()
+    except ModuleNotFoundError as err:  # a torch-only install: no YAML reader
+        return (f"notebooks: {', '.join(notebooks.ordered())} (their scales need the "
+                f"reproduction extras: {EXTRAS_HINT}; missing {err.name})\n")
+    width = max(map(len, notebooks.ordered()))
+    lines = [f"  {name:<{width}}  {', '.join(valid)}" for name, valid in scales.items()]
+    lines.append(f"  {notebooks.CLAIMS_NOTEBOOK:<{width}}  any (the ledger of what the others "
+                 "wrote)")
+    return ("notebooks, in the order reproduce runs them, and their scales:\n"
+            + "\n".join(lines) + "\n\n"
+            "figures/ and the README's claims block belong to --scale default; every other scale "
+            "writes under\nresults/<scale>/figures (or --figures-dir).\n")
+
+
+def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
+    """Report a usage error as argparse does (usage line, then the message) and return 2."""
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    try:
+        notebooks.check_scale(args.scale, notebooks.ordered(args.only))
+    except ValueError as err:
+        return usage_error(args.parser, str(err))
     start = time.perf_counter()
     try:
-        notebooks.reproduce(args.scale, only=args.only)
-    except (ValueError, notebooks.NotebookFailed) as err:
+        notebooks.reproduce(args.scale, only=args.only, figures_dir=args.figures_dir,
+                            results_dir=args.results_dir, rewrite_readme=args.rewrite_readme)
+    except notebooks.NotebookFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"reproduce finished in {time.perf_counter() - start:.0f} s; see figures/")
+    print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
     return 0
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    from logra.experiments.config import results_root
     from logra.models import SCALES, prepare
 
     if args.scale not in SCALES:
-        print(f"error: unknown scale {args.scale!r}; valid: {list(SCALES)}", file=sys.stderr)
-        return 2
+        return usage_error(args.parser, f"unknown scale {args.scale!r}; valid: {list(SCALES)}")
+    results = results_root(args.results_dir)
     try:
-        built = prepare(args.scale, force=args.force, threads=args.threads)
+        built = prepare(args.scale, root=results / "models", data_dir=results / "data",
+                        force=args.force, threads=args.threads)
     except ValueError as err:  # bad --threads, before anything is built
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return usage_error(args.parser, str(err))
     if not SCALES[args.scale].is_proxy:
         print(f"{args.scale}: hub model {built}, nothing to build")
         return 0
@@ -46,20 +96,24 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from logra.experiments.config import ConfigError
+    from logra.experiments.config import ConfigError, results_root
     from logra.rl import resolve, run_dir, run_grpo
 
     # options may follow the experiment, among the overrides: parse them out of the remainder
     tail = argparse.ArgumentParser(prog="logra-repro run", add_help=False)
     tail.add_argument("--scale", default=args.scale)
     tail.add_argument("--quiet", action="store_true", default=args.quiet)
+    tail.add_argument("--results-dir", default=args.results_dir)
     options, overrides = tail.parse_known_args(args.overrides)
+    given = {} if options.results_dir is None else {"results_dir": options.results_dir}
     try:
-        config = resolve(args.experiment, options.scale, overrides)
-        records = run_grpo(config, progress=not options.quiet)
+        config = resolve(args.experiment, options.scale, overrides, **given)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return usage_error(args.parser, str(err))
+    results = results_root(config["results_dir"])  # not the current directory's results/
+    config = {**config, "results_dir": str(results),
+              "data_dir": config["data_dir"] or str(results / "data")}
+    records = run_grpo(config, progress=not options.quiet)
     if _rank() != 0:  # under torchrun every rank returns the records; one reports them
         return 0
     final = records.dropna(subset=["eval_accuracy"]).iloc[-1]
@@ -76,33 +130,62 @@ def _rank() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="logra-repro", description=__doc__)
+    formatter = argparse.RawDescriptionHelpFormatter
+    epilog = notebooks_epilog()
+    parser = argparse.ArgumentParser(prog="logra-repro", description=__doc__,
+                                     epilog=EXAMPLES + "\n" + epilog, formatter_class=formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {logra.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    results_help = ("where runs, proxy policies and executed notebooks go (default: results/ of "
+                    "the repository checkout, else of the current directory)")
+
     rep = commands.add_parser(
-        "reproduce", help="build the proxy policies the notebooks need (once), execute every "
-        "notebook, regenerate figures/")
-    rep.add_argument("--scale", default="default", help="smoke, default, or a model scale")
-    rep.add_argument("--only", nargs="*", help="run only these notebooks (names without .ipynb)")
-    rep.set_defaults(func=_reproduce)
+        "reproduce", help="build the proxy policies the notebooks need (once), execute the "
+        "notebooks, regenerate their figures and tables", epilog=epilog, formatter_class=formatter)
+    rep.add_argument("--scale", default="default",
+                     help="smoke, default, or a scale the chosen notebooks define (below)")
+    rep.add_argument("--only", nargs="+", choices=notebooks.ordered(), metavar="NOTEBOOK",
+                     help="run only these notebooks (names without .ipynb; at least one)")
+    rep.add_argument("--results-dir", type=Path, help=results_help)
+    rep.add_argument("--figures-dir", type=Path,
+                     help="where figures and tables go (default: figures/ at --scale default, "
+                          "else results/<scale>/figures)")
+    rep.add_argument("--rewrite-readme", action=argparse.BooleanOptionalAction, default=None,
+                     help="rewrite the README's claims block with this run's ledger (default: "
+                          "only at --scale default)")
+    rep.set_defaults(func=_reproduce, parser=rep)
+
     pre = commands.add_parser("prepare", help="build a proxy policy (cached) or check a hub scale")
     pre.add_argument("--scale", required=True, help="smoke, proxy-1m, proxy-4m, 1.5b, ...")
     pre.add_argument("--force", action="store_true", help="rebuild even if a current build exists")
     pre.add_argument("--threads", type=int, default=None,
                      help="torch CPU threads of the warm-up (default: the scale's own)")
-    pre.set_defaults(func=_prepare)
+    pre.add_argument("--results-dir", type=Path,
+                     help="the proxy goes into RESULTS_DIR/models (default: results/ of the "
+                          "repository checkout, else of the current directory)")
+    pre.set_defaults(func=_prepare, parser=pre)
+
     run = commands.add_parser("run", help="run (or resume) an experiment: GRPO with an optimizer")
-    run.add_argument("experiment", help="the config, e.g. experiments/grpo.yaml")
+    run.add_argument("experiment", help="the packaged config's name (grpo) or any config file "
+                     "with its keys, e.g. experiments/grpo.yaml or a copy of it")
     run.add_argument("overrides", nargs=argparse.REMAINDER, metavar="key=value",
                      help="config overrides, values parsed as YAML (lr=1e-4, run_name=null, ...)")
     run.add_argument("--scale", default="default", help="smoke, default, 1.5b, ...")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.set_defaults(func=_run)
+    run.add_argument("--results-dir", help="overrides the config's results_dir; a relative one "
+                     "is under the repository checkout, else the current directory")
+    run.set_defaults(func=_run, parser=run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ModuleNotFoundError as err:
+        print(f"error: {err}; this command needs the reproduction extras: {EXTRAS_HINT}",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,13 +1,23 @@
-"""Execute the parameterized notebooks with papermill, in dependency order."""
+"""Execute the parameterized notebooks with papermill, in dependency order.
+
+Where a reproduction writes (`reproduce`): figures and tables into `figures_dir(scale)` (the
+committed `figures/` for the default scale only, `results/<scale>/figures` otherwise), executed
+notebooks into `<results>/notebooks` (default scale) or `<results>/<scale>/notebooks`, proxy
+policies into `<results>/models`, runs into `<results>/runs`; the README's claims block is
+rewritten by `00_claims` at the default scale only, unless asked (`rewrite_readme`).
+"""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS_DIR = REPO / "notebooks"
-EXECUTED_DIR = REPO / "results" / "notebooks"
+from logra.experiments import config
+from logra.experiments.config import FIGURES_SCALE, project_root, results_root
+
+NOTEBOOKS_DIR = config.RESOURCES_DIR / "notebooks"
 
 # Notebook -> the experiment config (experiments/NAME.yaml) whose scales it accepts, in the
 # order `reproduce` runs them. The claims ledger reads what the others wrote, so it runs last.
@@ -23,7 +33,7 @@ NOTEBOOKS: dict[str, str] = {
     "08_communication": "communication",
     "07_optimizer_cost": "optimizer_cost",
 }
-CLAIMS_NOTEBOOK = "00_claims"
+CLAIMS_NOTEBOOK = "00_claims"  # collects what the others wrote: it runs at any scale
 
 
 class NotebookFailed(RuntimeError):
@@ -31,26 +41,37 @@ class NotebookFailed(RuntimeError):
 
 
 def ordered(only: list[str] | None = None) -> list[str]:
-    """The notebooks to run, claims ledger last; `only` picks a subset of known names."""
+    """The notebooks to run, claims ledger last; `only` picks a non-empty subset of them."""
     known = [*NOTEBOOKS, CLAIMS_NOTEBOOK]
-    if not only:
+    if only is None:
         return known
+    if not only:
+        raise ValueError(f"no notebook named to run; valid: {known}")
     unknown = sorted(set(only) - set(known))
     if unknown:
         raise ValueError(f"unknown notebooks {unknown}; valid: {known}")
     return [name for name in known if name in only]
 
 
-def check_scale(scale: str, names: list[str]) -> None:
-    """ValueError before any compute if a notebook's experiment has no such scale."""
-    from logra.experiments.config import ConfigError, load_config
+def notebook_scales() -> dict[str, list[str]]:
+    """Each notebook (in run order, the ledger excluded) -> the scales its experiment defines."""
+    return {name: config.scales_of(experiment) for name, experiment in NOTEBOOKS.items()}
 
-    for name in names:
-        if name in NOTEBOOKS:
-            try:
-                load_config(NOTEBOOKS[name], scale)
-            except ConfigError as err:
-                raise ValueError(f"notebook {name}: {err}") from None
+
+def check_scale(scale: str, names: list[str]) -> None:
+    """ValueError before any compute if one of `names` has no such scale; it names the
+    notebooks that have it, to run with `--only`."""
+    scales = notebook_scales()
+    lacking = [name for name in names if name in scales and scale not in scales[name]]
+    if not lacking:
+        return
+    having = [name for name, valid in scales.items() if scale in valid]
+    if not having:
+        valid = sorted({s for valid in scales.values() for s in valid})
+        raise ValueError(f"unknown scale {scale!r}: no notebook has it; valid scales: {valid}")
+    raise ValueError(
+        f"scale {scale!r} is not a scale of {lacking}; the notebooks that have it: {having} "
+        f"(run them alone: reproduce --scale {scale} --only {' '.join(having)})")
 
 
 MODEL_KEYS = ("model", "models")
@@ -64,20 +85,19 @@ def required_models(scale: str, names: list[str]) -> list[str]:
     count; hub models download in the runs themselves. A null `model` in a config with a
     `grpo_scale` key means experiments/grpo.yaml's model at that scale.
     """
-    from logra.experiments.config import load_config
     from logra.models import SCALES
 
     needed: list[str] = []
     for name in names:
         if name not in NOTEBOOKS:
             continue
-        config = load_config(NOTEBOOKS[name], scale)
+        values = config.load_config(NOTEBOOKS[name], scale)
         for key in MODEL_KEYS:
-            if key not in config:
+            if key not in values:
                 continue
-            value = config[key]
-            if value is None and "grpo_scale" in config:
-                value = load_config("grpo", config["grpo_scale"])["model"]
+            value = values[key]
+            if value is None and "grpo_scale" in values:
+                value = config.load_config("grpo", values["grpo_scale"])["model"]
             for model in value if isinstance(value, list) else [value]:
                 if (isinstance(model, str) and model in SCALES and SCALES[model].is_proxy
                         and model not in needed):
@@ -85,28 +105,28 @@ def required_models(scale: str, names: list[str]) -> list[str]:
     return needed
 
 
-def prepare_models(scale: str, names: list[str], log=print) -> list[str]:
+def prepare_models(scale: str, names: list[str], log: Callable[[str], object] = print,
+                   results_dir: str | os.PathLike | None = None) -> list[str]:
     """Build (`logra.models.prepare`, with progress bars) every proxy `required_models` lists
-    that is not built yet; a current build is reused. Returns the proxies' names."""
+    that is not built yet, into `<results>/models` (where the runs look for them); a current
+    build is reused. Returns the proxies' names."""
     from logra.models import prepare
-    from logra.models.build import MODELS_DIR
 
+    results = results_root(results_dir)
     models = required_models(scale, names)
     for i, model in enumerate(models, 1):
         start = time.perf_counter()
         log(f"[prepare {i}/{len(models)}] proxy policy {model} (built once, then cached) ...")
-        path = prepare(model, root=MODELS_DIR, progress=True)
+        path = prepare(model, root=results / "models", data_dir=results / "data", progress=True)
         log(f"[prepare {i}/{len(models)}] {model} ready in {path} "
             f"({time.perf_counter() - start:.0f} s)")
     return models
 
 
-def execute(
-    name: str,
-    parameters: dict,
-    executed_dir: Path = EXECUTED_DIR,
-) -> Path:
-    """Run notebooks/NAME.ipynb with `parameters` (papermill), cwd = the repository root.
+def execute(name: str, parameters: dict, executed_dir: str | os.PathLike,
+            progress_bar: bool = True) -> Path:
+    """Run NAME.ipynb of the packaged notebooks with `parameters` (papermill) in the project
+    root (`logra.experiments.config.project_root`), showing papermill's per-cell progress bar.
 
     The executed copy, with every output, is saved as executed_dir/NAME.ipynb.
     """
@@ -116,12 +136,13 @@ def execute(
     source = NOTEBOOKS_DIR / f"{name}.ipynb"
     if not source.exists():
         raise FileNotFoundError(f"no notebook {source}")
+    executed_dir = Path(executed_dir)
     executed_dir.mkdir(parents=True, exist_ok=True)
     target = executed_dir / f"{name}.ipynb"
     try:
         pm.execute_notebook(
-            str(source), str(target), parameters=parameters, cwd=str(REPO),
-            kernel_name="python3", progress_bar=False, log_output=False,
+            str(source), str(target), parameters=parameters, cwd=str(project_root()),
+            kernel_name="python3", progress_bar=progress_bar, log_output=False,
         )
     except PapermillExecutionError as err:
         raise NotebookFailed(
@@ -131,38 +152,63 @@ def execute(
     return target
 
 
-def reproduce(scale: str, only: list[str] | None = None, figures_dir: Path | None = None,
-              executed_dir: Path = EXECUTED_DIR, log=print) -> dict[str, float]:
+def declared_parameters(name: str) -> set[str]:
+    """The names in notebook NAME's `parameters` cell."""
+    import papermill as pm
+
+    return set(pm.inspect_notebook(str(NOTEBOOKS_DIR / f"{name}.ipynb")))
+
+
+def reproduce(scale: str, only: list[str] | None = None,
+              figures_dir: str | os.PathLike | None = None,
+              executed_dir: str | os.PathLike | None = None,
+              log: Callable[[str], object] = print,
+              results_dir: str | os.PathLike | None = None,
+              rewrite_readme: bool | None = None) -> dict[str, float]:
     """Build the proxy policies the notebooks need (`prepare_models`), then execute every
     notebook at `scale`; returns seconds per step ("prepare", then each notebook).
 
+    `figures_dir` None: `logra.experiments.config.figures_dir(scale)`; `executed_dir` None:
+    `<results>/notebooks` at the default scale, `<results>/<scale>/notebooks` otherwise;
+    `results_dir` None: each experiment's own (`results/` of the project). `rewrite_readme`
+    None rewrites the project README's claims block at the default scale only.
     Stops at the first failure, keeping every figure and executed notebook already written.
-    A complete run (`only` None) also writes its wall times as figures/reproduce_time_SCALE.
+    A complete run (`only` None) also writes its wall times as FIGURES/reproduce_time_SCALE.
     """
     names = ordered(only)
     check_scale(scale, names)
+    results = results_root(results_dir)
+    figures = Path(figures_dir) if figures_dir is not None else config.figures_dir(scale, results)
+    if executed_dir is None:
+        executed_dir = results / "notebooks" if scale == FIGURES_SCALE else (
+            results / scale / "notebooks")
+    readme = project_root() / "README.md"
+    if rewrite_readme is None:
+        rewrite_readme = scale == FIGURES_SCALE and readme.is_file()
+    given = {"scale": scale, "figures_dir": str(figures),
+             "readme": str(readme) if rewrite_readme else "", "rewrite_readme": rewrite_readme}
+    if results_dir is not None:
+        given["results_dir"] = str(results)
     start = time.perf_counter()
-    prepare_models(scale, names, log)
+    prepare_models(scale, names, log, results)
     seconds: dict[str, float] = {"prepare": time.perf_counter() - start}
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name} (scale={scale}) ...")
         start = time.perf_counter()
-        params = {"scale": scale}
-        if figures_dir is not None:
-            params["figures_dir"] = str(figures_dir)
-        execute(name, params, executed_dir)
+        declared = declared_parameters(name)
+        execute(name, {k: v for k, v in given.items() if k in declared}, executed_dir)
         seconds[name] = time.perf_counter() - start
         log(f"[{i}/{len(names)}] {name} done in {seconds[name]:.0f} s")
     if only is None:
-        save_wall_times(seconds, scale, figures_dir)
+        save_wall_times(seconds, scale, figures)
+    log(f"figures and tables in {figures}; executed notebooks in {executed_dir}")
     return seconds
 
 
-def save_wall_times(seconds: dict[str, float], scale: str, figures_dir: Path | None = None) -> None:
-    """figures/reproduce_time_SCALE.{csv,md}: seconds and minutes per step and in total, with
+def save_wall_times(seconds: dict[str, float], scale: str, figures_dir: str | os.PathLike) -> None:
+    """FIGURES/reproduce_time_SCALE.{csv,md}: seconds and minutes per step and in total, with
     the machine's CPU count and the date, so the reported wall time is an artifact of the run."""
     import datetime
-    import os
 
     import pandas as pd
 
@@ -175,4 +221,4 @@ def save_wall_times(seconds: dict[str, float], scale: str, figures_dir: Path | N
     frame["cpus"] = os.cpu_count()
     frame["date"] = datetime.date.today().isoformat()
     report.save_table(frame.round({"seconds": 1, "minutes": 2}), f"reproduce_time_{scale}",
-                      figures_dir if figures_dir is not None else report.FIGURES_DIR)
+                      figures_dir)

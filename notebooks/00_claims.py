@@ -23,16 +23,18 @@
 
 # %%
 from logra.experiments import claims, report
+from logra.experiments.config import FIGURES_SCALE
 
 # %% tags=["parameters"]
 scale = "default"
 figures_dir = "figures"
 readme = "README.md"  # its claims block is rewritten with the ledger; "" leaves it alone
+rewrite_readme = False  # the README follows the default scale only; True: this scale too
 
 # %%
 table = claims.ledger(claims.collect(figures_dir))
 report.show_table(table, "claims", figures_dir)
-if readme:
+if readme and (scale == FIGURES_SCALE or rewrite_readme):
     claims.update_readme(table, readme, scale)
 
 # %%

@@ -42,6 +42,10 @@ def test_notebook_writes_the_ledger(tmp_path) -> None:
     readme.write_text("intro\n<!-- claims:start -->\nstale\n<!-- claims:end -->\noutro\n")
     notebooks.execute("00_claims", {"scale": "smoke", "figures_dir": str(tmp_path),
                                     "readme": str(readme)}, executed_dir=tmp_path)
+    assert "stale" in readme.read_text()  # a smoke-scale ledger leaves the README alone ...
+    notebooks.execute("00_claims", {"scale": "smoke", "figures_dir": str(tmp_path),
+                                    "readme": str(readme), "rewrite_readme": True},
+                      executed_dir=tmp_path)  # ... unless asked
     text = readme.read_text()
     assert "stale" not in text and "| C1 | 134 MB | 1 MB |" in text
     assert text.startswith("intro\n") and text.endswith("<!-- claims:end -->\noutro\n")

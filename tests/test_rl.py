@@ -10,7 +10,7 @@ import torch
 from torch.distributions import Categorical, kl_divergence
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from logra.experiments.config import ConfigError
+from logra.experiments.config import EXPERIMENTS_DIR, ConfigError
 from logra.models.tokenizer import char_tokenizer
 from logra.optim.kl import categorical_kl
 from logra.optimizers import OPTIMIZERS, build_optimizer, check_optimizer, state_bytes, wrap_model
@@ -260,11 +260,15 @@ def test_a_bad_config_fails_before_any_compute(monkeypatch) -> None:
             runner.run_grpo({**config, key: value}, progress=False)
 
 
-def test_experiment_files_outside_experiments_are_refused(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="configs live in"):
-        cfg.resolve(tmp_path / "grpo.yaml", "smoke")
-    with pytest.raises(ConfigError, match="not a GRPO experiment"):
-        cfg.resolve("experiments/sketch_error.yaml", "smoke")
+def test_any_grpo_config_file_is_accepted_and_other_files_are_refused(tmp_path) -> None:
+    copy = tmp_path / "my_grpo.yaml"
+    copy.write_text((EXPERIMENTS_DIR / "grpo.yaml").read_text().replace(
+        "lr: 1.0e-4 ", "lr: 3.0e-4 "))
+    assert cfg.resolve(copy, "smoke") == {**cfg.resolve("grpo", "smoke"), "lr": 3e-4}
+    with pytest.raises(ConfigError, match="unknown experiment"):
+        cfg.resolve(tmp_path / "absent.yaml", "smoke")
+    with pytest.raises(ConfigError, match="not a GRPO config"):
+        cfg.resolve("sketch_error", "smoke")
 
 
 def test_run_directory_ignores_steps_but_not_results() -> None:

@@ -55,7 +55,7 @@ def measure(kind: str, dtype: str = "float32") -> dict[str, int]:
 @pytest.mark.parametrize(("kind", "dtype"),
                          [("gain", "float32"), ("nystrom", "float32"), ("gain", "bfloat16")])
 def test_step_needs_no_more_than_state_plus_one_matrix(kind: str, dtype: str) -> None:
-    """DESIGN §1.3: parameters + gradients + state + one matrix-sized temporary, at most."""
+    """docs/design.md §1.3: parameters + gradients + state + one matrix-sized temporary, at most."""
     m = measure(kind, dtype)
     fp32_matrix = 4096 * 4096 * 4
     assert m["state"] < 2_000_000  # 2·16·(4096+4096) fp32 moments + the bias's dense moments

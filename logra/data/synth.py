@@ -1,7 +1,7 @@
 """Generated tasks: `gsm-synth` (GSM8K schema) and `math-synth` (MATH schema).
 
 Both are short on purpose: every reference completion fits in `MAX_COMPLETION_CHARS` characters,
-so a character-level proxy can write it in under 48 new tokens (DESIGN §3).
+so a character-level proxy can write it in under 48 new tokens (docs/design.md §3).
 
 - gsm-synth: two or three arithmetic steps told as a story; `answer` is the worked chain ending
   in GSM8K's `#### n`, e.g. "5+3=8. 8*2=16.\\n#### 16".

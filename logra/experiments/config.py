@@ -1,4 +1,4 @@
-"""Experiment configs: `experiments/NAME.yaml` holds defaults and per-scale overrides.
+"""Experiment configs, and where the kit's files live.
 
 Layout of a config file:
 
@@ -7,32 +7,106 @@ Layout of a config file:
       smoke: {key: value, ...}           # seconds, for the tests
       default: {...}                     # what `make reproduce` runs on the CPU
 
-Unknown keys, unknown scales and values of the wrong type fail before any compute, naming the
-key and the valid choices.
+An experiment is named (`grpo`: the packaged `experiments/grpo.yaml`) or given as a path to any
+file of that layout (a copy edited outside the repository included); a file without `scales`
+has the one scale `default`. Unknown keys, unknown scales and values of the wrong type fail
+before any compute, naming the key and the valid choices.
+
+Where things live. The packaged configs and notebooks are `logra/resources/{experiments,
+notebooks}`: links to the repository's `experiments/` and `notebooks/` in a checkout (an
+editable install), copies in a built wheel. Results (`results/`), figures (`figures/`) and the
+README are the project's: relative to the repository root in a checkout, else to the current
+directory (`project_root`). `figures/` belongs to the scale `FIGURES_SCALE`; every other scale
+writes its figures under `results/<scale>/figures` (`figures_dir`).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+RESOURCES_DIR = PACKAGE_DIR / "resources"
+EXPERIMENTS_DIR = RESOURCES_DIR / "experiments"
+CONFIG_SUFFIXES = (".yaml", ".yml")
+FIGURES_SCALE = "default"  # the scale whose figures are the committed figures/ and README block
 
 
 class ConfigError(ValueError):
     """A bad experiment configuration (unknown key, scale, or ill-typed value)."""
 
 
-def load_config(name: str, scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """Resolve experiments/NAME.yaml at `scale` with `overrides` on top."""
-    path = EXPERIMENTS_DIR / f"{name}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
-        raise ConfigError(f"unknown experiment {name!r}; known: {known}")
-    spec = yaml.safe_load(path.read_text())
-    defaults, scales = spec["defaults"], spec.get("scales", {})
+def checkout_root() -> Path | None:
+    """The source checkout `logra` is imported from (it holds pyproject.toml), or None for an
+    installed wheel."""
+    root = PACKAGE_DIR.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def project_root() -> Path:
+    """The base of relative result paths: the source checkout, else the current directory."""
+    return checkout_root() or Path.cwd()
+
+
+def results_root(results_dir: str | os.PathLike | None = None) -> Path:
+    """`results_dir` as an absolute path (relative ones under `project_root`); None: results/."""
+    path = Path(results_dir if results_dir is not None else "results").expanduser()
+    return path if path.is_absolute() else project_root() / path
+
+
+def figures_dir(scale: str, results_dir: str | os.PathLike | None = None) -> Path:
+    """Where a reproduction at `scale` writes its figures and tables: `<project>/figures` for
+    FIGURES_SCALE (the committed ones), `<results>/<scale>/figures` for any other scale."""
+    if scale == FIGURES_SCALE:
+        return project_root() / "figures"
+    return results_root(results_dir) / scale / "figures"
+
+
+def packaged_experiments() -> list[str]:
+    """The names of the packaged experiment configs."""
+    return sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
+
+
+def config_path(experiment: str | os.PathLike) -> Path:
+    """The file of `experiment`: an existing config file as given, or the packaged config of a
+    bare name (`grpo` or `grpo.yaml`)."""
+    path = Path(experiment).expanduser()
+    if path.suffix in CONFIG_SUFFIXES and path.is_file():
+        return path
+    if len(path.parts) == 1 and path.suffix in ("", *CONFIG_SUFFIXES):
+        packaged = EXPERIMENTS_DIR / f"{path.stem}.yaml"
+        if packaged.is_file():
+            return packaged
+    raise ConfigError(f"unknown experiment {str(experiment)!r}: no such config file, and the "
+                      f"packaged experiments are {packaged_experiments()}")
+
+
+def read_spec(experiment: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(defaults, scales) of a config file; ConfigError naming the file if it has no defaults."""
+    import yaml  # a reproduction dependency: `import logra` and the CLI's help need only torch
+
+    path = config_path(experiment)
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"cannot parse {path}: {err}") from err
+    if not isinstance(spec, dict) or not isinstance(spec.get("defaults"), dict):
+        raise ConfigError(f"{path} has no `defaults:` mapping (see logra.experiments.config)")
+    scales = spec.get("scales") or {FIGURES_SCALE: {}}
+    return spec["defaults"], scales
+
+
+def scales_of(experiment: str | os.PathLike) -> list[str]:
+    """The scales `experiment` defines, in file order."""
+    return list(read_spec(experiment)[1])
+
+
+def load_config(experiment: str | os.PathLike, scale: str = "default",
+                **overrides: Any) -> dict[str, Any]:
+    """Resolve `experiment` (a name or a config file) at `scale` with `overrides` on top."""
+    name = config_path(experiment).stem
+    defaults, scales = read_spec(experiment)
     if scale not in scales:
         raise ConfigError(f"unknown scale {scale!r} for {name}; valid scales: {sorted(scales)}")
     config = dict(defaults)

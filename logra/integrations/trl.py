@@ -14,8 +14,8 @@ Two ways in:
 
 `LoGRAGRPOTrainer` takes lr, betas, eps and weight decay from the `GRPOConfig` (weight decay
 off for biases and norms, as `Trainer` does) and everything else from `logra`, which may also
-hold `embedding_rank`: the sketch rank of the input embedding and output head (DESIGN §1.4: they
-typically want r ≥ 64), in a param group of their own.
+hold `embedding_rank`: the sketch rank of the input embedding and output head
+(docs/design.md §1.4: they typically want r ≥ 64), in a param group of their own.
 
 Metrics: `LoGRAMetrics` (`logra.integrations.trainer`, public `Trainer` callback hooks only)
 adds to each logging step's logs, and to `trainer.state.log_history`, `logra/predicted_kl` (KL̂

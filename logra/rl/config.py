@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from logra.data import TASKS
-from logra.experiments.config import EXPERIMENTS_DIR, ConfigError, load_config
+from logra.experiments.config import ConfigError, load_config, read_spec
 from logra.models import SCALES
 from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
 from logra.optimizers import OPTIMIZERS, check_optimizer
@@ -67,27 +67,24 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return overrides
 
 
-def experiment_name(experiment: str | Path) -> str:
-    """`grpo`, `grpo.yaml` or `experiments/grpo.yaml` → `grpo`; other files are refused."""
-    path = Path(experiment)
-    name = path.stem if path.suffix in (".yaml", ".yml") else path.name
-    if len(path.parts) > 1 and path.resolve() != (EXPERIMENTS_DIR / f"{name}.yaml").resolve():
-        raise ConfigError(f"configs live in {EXPERIMENTS_DIR}; got {experiment}")
-    return name
-
-
 def resolve(
     experiment: str | Path = EXPERIMENT, scale: str = "default", overrides: list[str] | None = None,
     **values: Any,
 ) -> dict[str, Any]:
-    """The validated config of `experiment` at `scale` with `key=value` overrides (and kwargs)."""
-    name = experiment_name(experiment)
-    if name != EXPERIMENT:
-        raise ConfigError(f"{name!r} is not a GRPO experiment; use experiments/{EXPERIMENT}.yaml")
+    """The validated config of `experiment` at `scale` with `key=value` overrides (and kwargs).
+
+    `experiment` is the packaged `grpo` or any config file with exactly its keys (a copy of
+    experiments/grpo.yaml edited anywhere)."""
     merged = {**parse_overrides(overrides or []), **values}
     if "scale" in merged:
         raise ConfigError(f"scale is not a key: choose it with --scale ({scale!r} now)")
-    return validate(load_config(name, scale, **merged))
+    config = load_config(experiment, scale, **merged)
+    expected = {*read_spec(EXPERIMENT)[0], "scale"}
+    missing, unknown = sorted(expected - set(config)), sorted(set(config) - expected)
+    if missing or unknown:
+        raise ConfigError(f"{experiment} is not a GRPO config like experiments/{EXPERIMENT}.yaml: "
+                          f"missing keys {missing}, unknown keys {unknown}")
+    return validate(config)
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,210 @@
+"""The command line: --version, help with examples, notebooks and scales, exit codes, where a
+reproduction and a run write, progress. Notebooks are stubbed except in the clone test."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import logra
+from logra import cli, notebooks
+from logra.experiments import config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    """Proxy builds, notebooks and GRPO runs that fail the test if anything reaches them."""
+    def fail(*args, **kwargs):
+        raise AssertionError("compute started")
+
+    monkeypatch.setattr("logra.models.prepare", fail)
+    monkeypatch.setattr(notebooks, "execute", fail)
+    monkeypatch.setattr("logra.rl.run_grpo", fail)
+
+
+@pytest.fixture
+def executed(monkeypatch) -> list[tuple[str, dict, Path]]:
+    """Stub notebooks and proxy builds; the list collects (notebook, parameters, executed dir)."""
+    calls: list[tuple[str, dict, Path]] = []
+    monkeypatch.setattr("logra.models.prepare", lambda model, **kw: model)
+    monkeypatch.setattr(notebooks, "execute",
+                        lambda name, params, executed_dir: calls.append((name, params,
+                                                                         Path(executed_dir))))
+    return calls
+
+
+def exit_code(argv: list[str]) -> int:
+    """What `logra-repro ARGV` exits with: argparse's own errors raise SystemExit, the
+    commands' usage errors return their code."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"logra-repro {logra.__version__}"
+
+
+def test_help_gives_examples_and_every_notebook_with_its_scales() -> None:
+    text = cli.build_parser().format_help()
+    assert "examples:" in text and "logra-repro reproduce --scale smoke" in text
+    lines = {line.split()[0]: line for line in text.splitlines()
+             if re.match(r"  \d\d_", line)}
+    assert sorted(lines) == sorted(notebooks.ordered())
+    for name, experiment in notebooks.NOTEBOOKS.items():
+        spec = yaml.safe_load((REPO / "experiments" / f"{experiment}.yaml").read_text())
+        assert lines[name].split(None, 1)[1] == ", ".join(spec["scales"]), name
+    assert "any" in lines[notebooks.CLAIMS_NOTEBOOK]
+
+
+@pytest.mark.parametrize("argv", [
+    ["reproduce", "--only"],                          # no names: not "everything"
+    ["reproduce", "--only", "99_missing"],
+    ["reproduce", "--scale", "huge"],
+    ["reproduce", "--scale", "1.5b"],                 # only some notebooks have it
+    ["reproduce", "--scale", "smoke", "--bogus"],
+    ["run", "grpo", "lr"],
+    ["run", "grpo", "--scale", "huge"],
+    ["run", "no_such_experiment"],
+    ["run", "sketch_error", "--scale", "smoke"],      # not a GRPO config
+    ["prepare", "--scale", "huge"],
+    ["frobnicate"],
+], ids=lambda argv: " ".join(argv))
+def test_usage_errors_exit_2_before_any_compute(argv, no_compute, capsys) -> None:
+    assert exit_code(argv) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_a_scale_some_notebooks_lack_names_those_that_have_it(no_compute, capsys) -> None:
+    assert exit_code(["reproduce", "--scale", "1.5b"]) == 2
+    err = capsys.readouterr().err
+    having = [n for n, s in notebooks.notebook_scales().items() if "1.5b" in s]
+    assert "03_kl_trajectories" in having and "01_sketch_error" not in having
+    assert f"--only {' '.join(having)}" in err and "01_sketch_error" in err
+
+
+def test_the_readme_s_gpu_scale_runs_with_only(executed, tmp_path) -> None:
+    code = cli.main(["reproduce", "--scale", "1.5b", "--only", "03_kl_trajectories",
+                     "--results-dir", str(tmp_path)])
+    assert code == 0
+    [(name, params, executed_dir)] = executed
+    assert name == "03_kl_trajectories" and params["scale"] == "1.5b"
+    assert params["figures_dir"] == str(tmp_path / "1.5b" / "figures")
+    assert params["results_dir"] == str(tmp_path)
+    assert executed_dir == tmp_path / "1.5b" / "notebooks"
+
+
+def test_only_the_default_scale_owns_figures_and_the_readme(executed, tmp_path) -> None:
+    seconds = notebooks.reproduce("smoke", results_dir=tmp_path, log=lambda _: None)
+    assert [name for name, _, _ in executed] == notebooks.ordered() == list(seconds)[1:]
+    smoke_figures = tmp_path / "smoke" / "figures"
+    assert {params["figures_dir"] for _, params, _ in executed} == {str(smoke_figures)}
+    claims = executed[-1][1]
+    assert claims["readme"] == "" and claims["rewrite_readme"] is False
+    assert (smoke_figures / "reproduce_time_smoke.csv").exists()  # a complete run's wall times
+    assert "results_dir" not in executed[0][1]  # 01_sketch_error does not declare it
+
+    executed.clear()
+    notebooks.reproduce("smoke", only=["00_claims"], results_dir=tmp_path, rewrite_readme=True,
+                        log=lambda _: None)
+    assert executed[0][1]["readme"] == str(REPO / "README.md")  # asked for explicitly
+
+    executed.clear()
+    notebooks.reproduce("default", only=["00_claims"], results_dir=tmp_path, log=lambda _: None)
+    [(_, params, executed_dir)] = executed
+    assert params["figures_dir"] == str(REPO / "figures")
+    assert params["readme"] == str(REPO / "README.md")
+    assert executed_dir == tmp_path / "notebooks"
+
+
+def test_a_failing_notebook_exits_1(monkeypatch, tmp_path, capsys) -> None:
+    def fail(name, params, executed_dir):
+        raise notebooks.NotebookFailed(f"notebook {name} failed in cell 3")
+
+    monkeypatch.setattr(notebooks, "execute", fail)
+    code = cli.main(["reproduce", "--scale", "smoke", "--only", "02_memory",
+                     "--results-dir", str(tmp_path)])
+    assert code == 1 and "02_memory failed in cell 3" in capsys.readouterr().err
+
+
+def test_reproduce_shows_papermill_progress_and_times_each_notebook(monkeypatch, tmp_path,
+                                                                     capsys) -> None:
+    import papermill
+
+    calls = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **kw: calls.append(kw))
+    monkeypatch.setattr("logra.models.prepare", lambda model, **kw: model)
+    assert cli.main(["reproduce", "--scale", "smoke", "--only", "02_memory", "05_long_horizon",
+                     "--results-dir", str(tmp_path)]) == 0
+    assert [kw["progress_bar"] for kw in calls] == [True, True]
+    out = capsys.readouterr().out
+    assert "02_memory done in" in out and "05_long_horizon done in" in out
+
+
+def test_run_takes_any_config_file_and_writes_where_told(monkeypatch, tmp_path) -> None:
+    runs: list[dict] = []
+
+    def run_grpo(config, progress):
+        runs.append(config)
+        return pd.DataFrame({"step": [0, 1], "eval_accuracy": [0.25, 0.5]})
+
+    monkeypatch.setattr("logra.rl.run_grpo", run_grpo)
+    copy = tmp_path / "elsewhere" / "my_grpo.yaml"
+    copy.parent.mkdir()
+    shutil.copy(REPO / "experiments" / "grpo.yaml", copy)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(copy), "--scale", "smoke", "--results-dir", str(out),
+                     "lr=3e-4", "--quiet"]) == 0
+    assert runs[-1]["results_dir"] == str(out) and runs[-1]["data_dir"] == str(out / "data")
+    assert runs[-1]["lr"] == 3e-4 and runs[-1]["model"] == "smoke"
+    # no --results-dir: the config's results/, under the checkout, not the current directory
+    assert cli.main(["run", "grpo", "--scale", "smoke", "--quiet"]) == 0
+    assert runs[-1]["results_dir"] == str(config.checkout_root() / "results")
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.mark.slow
+def test_a_smoke_reproduction_leaves_a_clone_as_it_was(tmp_path) -> None:
+    """A quick try must not touch what is committed: figures/ and the README's claims block.
+    The notebooks run here are those with distinct ways of writing (tables written directly,
+    GRPO runs and a proxy build, the ledger and the README); every notebook writes through
+    the same `figures_dir` parameter, and the full smoke run takes about 3 minutes on two
+    busy cores."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "kit"
+    _git("clone", "--quiet", str(REPO), str(clone), cwd=tmp_path)
+    diff = _git("diff", "HEAD", "--binary", cwd=REPO)  # the working tree as it is now
+    if diff:
+        subprocess.run(["git", "apply"], input=diff, text=True, cwd=clone, check=True)
+    for path in _git("ls-files", "--others", "--exclude-standard", cwd=REPO).splitlines():
+        (clone / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / path, clone / path, follow_symlinks=False)
+    before = _git("status", "--porcelain", cwd=clone)
+    subprocess.run([sys.executable, "-m", "logra.cli", "reproduce", "--scale", "smoke",
+                    "--only", "02_memory", "03_kl_trajectories", "00_claims"],
+                   cwd=clone, check=True, capture_output=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert _git("status", "--porcelain", cwd=clone) == before
+    ledger = pd.read_csv(clone / "results" / "smoke" / "figures" / "claims.csv")
+    assert set(ledger["claim"]) == {f"C{i}" for i in range(1, 13)}
+
