@@ -310,6 +310,11 @@ class LoGRA(Optimizer):
         self._kl_batch: tuple[tuple, dict, Tensor | None] | None = None
         super().__init__(params, defaults)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Every attribute, for copy.deepcopy and pickle: torch's Optimizer keeps only defaults,
+        state and param_groups, which would leave a copy without LoGRA's own settings."""
+        return dict(self.__dict__)
+
     # ------------------------------------------------------------------ configuration
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
