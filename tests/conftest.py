@@ -12,6 +12,16 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture
+def deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True) for one test, the previous setting restored."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+@pytest.fixture
 def tiny_qwen2():
     """A randomly initialised 2-layer Qwen2 causal LM (~60k parameters), built from a config."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
