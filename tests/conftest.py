@@ -11,6 +11,15 @@ import torch
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The results directory the smoke notebooks share in one session (the smoke proxy and the
+    generated tasks are built there once), never the repository's results/."""
+    path = tmp_path_factory.getbasetemp() / "grpo-smoke-results"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture
 def deterministic_algorithms():
     """torch.use_deterministic_algorithms(True) for one test, the previous setting restored."""
