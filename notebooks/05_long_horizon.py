@@ -48,9 +48,10 @@ from logra.experiments import long_horizon, report
 # %% tags=["parameters"]
 scale = "default"
 figures_dir = "figures"
+results_dir = None  # where the proxy and its data are built; None: the scale's (results/)
 
 # %%
-cfg = long_horizon.config(scale)
+cfg = long_horizon.config(scale, **({} if results_dir is None else {"results_dir": results_dir}))
 start = time.perf_counter()
 frame = long_horizon.run(cfg)
 print(f"{cfg['steps']:,} steps, {frame.step.nunique()} measurement steps, "

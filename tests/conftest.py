@@ -11,6 +11,53 @@ import torch
 torch.set_num_threads(1)
 
 
+def _check_figure(path: Path) -> None:
+    """A drawn figure, not merely a file: a PDF document, and a PNG with axes (a dark line
+    across at least a fifth of the image each way) and ink (≥ 1 % of pixels off the
+    background colour, in at least three colours)."""
+    import numpy as np
+    from matplotlib import image
+
+    if path.suffix == ".pdf":
+        data = path.read_bytes()
+        assert data.startswith(b"%PDF") and b"/Page" in data, path
+        return
+    pixels = image.imread(path)[..., :3]
+    colours, counts = np.unique(pixels.reshape(-1, 3), axis=0, return_counts=True)
+    background = colours[counts.argmax()]
+    ink = np.abs(pixels - background).max(axis=-1) > 0.1
+    assert ink.mean() >= 0.01, f"{path.name}: {ink.mean():.2%} of the pixels are drawn"
+    assert (counts > 20).sum() >= 4, f"{path.name}: fewer than three colours besides background"
+    dark = pixels.max(axis=-1) < 0.35
+    assert dark.mean(axis=0).max() >= 0.2 and dark.mean(axis=1).max() >= 0.2, \
+        f"{path.name}: no axis line"
+
+
+@pytest.fixture
+def assert_figure():
+    """assert_figure(path): the file at path is a drawn figure (`_check_figure`)."""
+    return _check_figure
+
+
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The results directory the smoke notebooks share in one session (the smoke proxy and the
+    generated tasks are built there once), never the repository's results/."""
+    path = tmp_path_factory.getbasetemp() / "grpo-smoke-results"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True) for one test, the previous setting restored."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
 @pytest.fixture
 def tiny_qwen2():
     """A randomly initialised 2-layer Qwen2 causal LM (~60k parameters), built from a config."""

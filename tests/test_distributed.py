@@ -8,8 +8,6 @@ per test keeps the start-up cost (importing torch twice) to a few seconds.
 from __future__ import annotations
 
 import math
-import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,15 +31,11 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 # ------------------------------------------------------------------ launching ranks
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_main(rank: int, fn: Callable, port: int, out: Path, args: tuple) -> None:
+def _rank_main(rank: int, fn: Callable, out: Path, args: tuple) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    # a file rendezvous: no port is picked here and taken by another process before the ranks
+    # bind it (gloo's own connections get their ports from the OS)
+    dist.init_process_group("gloo", init_method=f"file://{out / 'rendezvous'}", rank=rank,
                             world_size=WORLD)
     try:
         torch.save(fn(rank, *args), out / f"rank{rank}.pt")
@@ -49,10 +43,16 @@ def _rank_main(rank: int, fn: Callable, port: int, out: Path, args: tuple) -> No
         dist.destroy_process_group()
 
 
+@pytest.fixture(autouse=True)
+def one_thread_per_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks inherit OMP_NUM_THREADS=1; the variable is restored after the test."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
 def on_ranks(fn: Callable, tmp_path: Path, *args) -> list:
     """fn(rank, *args) on WORLD gloo ranks; the list of what each returned."""
-    os.environ["OMP_NUM_THREADS"] = "1"
-    mp.spawn(_rank_main, args=(fn, _free_port(), tmp_path, args), nprocs=WORLD, join=True)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    mp.spawn(_rank_main, args=(fn, tmp_path, args), nprocs=WORLD, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

@@ -15,20 +15,20 @@ from logra.optim import LoGRA
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
+def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
     out = tmp_path_factory.mktemp("long_horizon")
-    notebooks.execute("05_long_horizon", {"scale": "smoke", "figures_dir": str(out)},
-                      executed_dir=out)
+    notebooks.execute("05_long_horizon", {"scale": "smoke", "figures_dir": str(out),
+                                          "results_dir": str(smoke_results)}, executed_dir=out)
     return out
 
 
 # ---------------------------------------------------------------- the notebook
 
 
-def test_notebook_writes_figure_table_and_claim(executed) -> None:
+def test_notebook_writes_figure_table_and_claim(executed, assert_figure) -> None:
     assert (executed / "05_long_horizon.ipynb").exists()
     for suffix in (".png", ".pdf"):
-        assert (executed / f"long_horizon{suffix}").stat().st_size > 1000
+        assert_figure(executed / f"long_horizon{suffix}")
     for name in ("long_horizon", "claims_long_horizon"):
         assert (executed / f"{name}.csv").exists() and (executed / f"{name}.md").exists(), name
 
@@ -73,8 +73,10 @@ def _grads(t: int) -> list[torch.Tensor]:
             torch.randn(32, generator=g)]
 
 
-def _shadowed(refresh_every: int | None, steps: int) -> list[dict[str, float]]:
-    """LoGRA and a shadow AdamW on the same full-rank gradients; state metrics each step."""
+def _shadowed(refresh_every: int | None, steps: int
+              ) -> tuple[list[dict[str, float]], LoGRA, list[nn.Parameter]]:
+    """LoGRA and a shadow AdamW on the same full-rank gradients; state metrics each step, the
+    LoGRA and its parameters."""
     params, shadow_params = _matrices(), _matrices()
     opt = LoGRA(params, rank=4, lr=1e-3, predicted_kl_threshold=None,
                 refresh_every=refresh_every)
@@ -86,19 +88,42 @@ def _shadowed(refresh_every: int | None, steps: int) -> list[dict[str, float]]:
         opt.step()
         shadow.step()
         out.append(lh.state_metrics(opt, shadow, list(zip(params, shadow_params, strict=True))))
-    return out
+    return out, opt, params
+
+
+def _energy_errors(opt: LoGRA, params: list[nn.Parameter], steps: int) -> list[float]:
+    """energy_error rebuilt from the gradients: EMAs (β₂ = 0.999) of (PᵀG)², (GQ)² and G², the
+    energies ρ = (n/r) Σ v_R, κ = (m/k) Σ v_L against the dense row and column sums of V."""
+    matrices = [p for p in params if p.dim() == 2]
+    moments = [dict(v_L=0.0, v_R=0.0, V=0.0) for _ in matrices]
+    errors = []
+    for t in range(1, steps + 1):
+        squared_error = squared_norm = 0.0
+        for p, moment, g in zip(matrices, moments, _grads(t), strict=False):
+            P, Q = (x.double() for x in opt.projections(p))
+            g = g.double()
+            for name, x in (("v_L", P.T @ g), ("v_R", g @ Q), ("V", g)):
+                moment[name] = 0.999 * moment[name] + 0.001 * x.square()
+            (m, k), (n, r) = P.shape, Q.shape
+            rho, kappa = (n / r) * moment["v_R"].sum(1), (m / k) * moment["v_L"].sum(0)
+            row, col = moment["V"].sum(1), moment["V"].sum(0)
+            squared_error += float((rho - row).square().sum() + (kappa - col).square().sum())
+            squared_norm += float(row.square().sum() + col.square().sum())
+        errors.append((squared_error / squared_norm) ** 0.5)
+    return errors
 
 
 def test_fixed_projections_hold_the_exact_sketch_of_the_dense_momentum() -> None:
-    for metrics in _shadowed(None, 30):
+    measured, opt, params = _shadowed(None, 30)
+    for metrics, energy_error in zip(measured, _energy_errors(opt, params, 30), strict=True):
         assert metrics["state_drift"] < 1e-5  # also checks `projections` is the step's P, Q
         assert metrics["rel_error"] == pytest.approx(metrics["fresh_rel_error"], rel=1e-4)
         assert metrics["cosine"] == pytest.approx(metrics["fresh_cosine"], abs=1e-5)
-        assert 0 <= metrics["energy_error"] < 10
+        assert metrics["energy_error"] == pytest.approx(energy_error, rel=1e-4)
 
 
 def test_a_refresh_puts_error_in_the_state_and_the_ema_forgets_it() -> None:
-    metrics = _shadowed(10, 40)
+    metrics, _, _ = _shadowed(10, 40)
     assert metrics[9]["state_drift"] < 1e-5  # step 10: still the first projections
     assert metrics[10]["state_drift"] > 0.05  # step 11: moments carried through rank 4
     assert metrics[19]["state_drift"] < 0.5 * metrics[10]["state_drift"]  # β₁ decay

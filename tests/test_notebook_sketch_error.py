@@ -26,11 +26,11 @@ def executed(tmp_path_factory: pytest.TempPathFactory):
 # ---------------------------------------------------------------- the notebook
 
 
-def test_notebook_writes_every_figure_and_table(executed) -> None:
+def test_notebook_writes_every_figure_and_table(executed, assert_figure) -> None:
     assert (executed / "01_sketch_error.ipynb").exists()
     for name in se.FIGURES:
         for suffix in (".png", ".pdf"):
-            assert (executed / f"{name}{suffix}").stat().st_size > 1000, name
+            assert_figure(executed / f"{name}{suffix}")
     for name in ("sketch_error", "sketch_error_direction", "sketch_error_aspect",
                  "sketch_error_training", "claims_sketch_error"):
         assert (executed / f"{name}.csv").exists() and (executed / f"{name}.md").exists(), name

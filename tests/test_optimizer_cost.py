@@ -25,10 +25,10 @@ def test_builders_cover_the_field_and_honour_the_filter() -> None:
     assert only == ["logra-r8"]
 
 
-def test_notebook_runs_at_smoke_scale(tmp_path) -> None:
+def test_notebook_runs_at_smoke_scale(tmp_path, assert_figure) -> None:
     notebooks.execute("07_optimizer_cost", {"scale": "smoke", "figures_dir": str(tmp_path)},
                       executed_dir=tmp_path)
-    assert (tmp_path / "optimizer_cost.png").stat().st_size > 10_000
+    assert_figure(tmp_path / "optimizer_cost.png")
     assert (tmp_path / "optimizer_cost.pdf").exists()
     table = pd.read_csv(tmp_path / "optimizer_cost.csv")
     for case, rows in table.groupby("case"):

@@ -35,6 +35,17 @@ else:
     opt = LoGRA(params, lr=1e-3, rank=16, reconstruction=kind)
 for p in params:
     p.grad = torch.empty_like(p).normal_(0, 1e-3)
+# one step of the same optimizer and path on a small matrix first: the code its kernels run
+# (LAPACK's QR, pinv, ...) is paged in before the mark is reset, so that what grows after it
+# is the step's memory, not the library's
+small = [torch.nn.Parameter(torch.randn(4096, 64, dtype=dtype)),
+         torch.nn.Parameter(torch.randn(64, dtype=dtype))]
+warm = (torch.optim.AdamW(small, lr=1e-3, foreach=True) if kind == "adamw"
+        else LoGRA(small, lr=1e-3, rank=16, reconstruction=kind, foreach=False))
+for p in small:
+    p.grad = torch.randn_like(p)
+warm.step()
+del small, warm
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the resident high-water mark (VmHWM) to the current size
 before = status("VmRSS:")
@@ -54,15 +65,17 @@ def measure(kind: str, dtype: str = "float32") -> dict[str, int]:
 
 @pytest.mark.parametrize(("kind", "dtype"),
                          [("gain", "float32"), ("nystrom", "float32"), ("gain", "bfloat16")])
-def test_step_needs_no_more_than_state_plus_one_matrix(kind: str, dtype: str) -> None:
-    """docs/design.md §1.3: parameters + gradients + state + one matrix-sized temporary, at most."""
+def test_step_needs_its_state_and_blocks_not_a_matrix(kind: str, dtype: str) -> None:
+    """docs/design.md §1.3: parameters + gradients + state + cache-sized blocks; no
+    matrix-sized temporary."""
     m = measure(kind, dtype)
     fp32_matrix = 4096 * 4096 * 4
     assert m["state"] < 2_000_000  # 2·16·(4096+4096) fp32 moments + the bias's dense moments
-    # Measured well under the bound (18–40 MB): Δ is evaluated in 1 MiB blocks, never whole,
-    # and what shows beyond the state is glibc keeping freed blocks for reuse, an amount that
-    # varies from run to run, so only the bound itself is asserted.
-    assert m["peak_growth"] <= m["state"] + fp32_matrix
+    # Δ is evaluated in 1 MiB blocks, never whole: measured 4–11 MiB beyond the state (blocks,
+    # P and Q, and glibc keeping freed blocks for reuse, which varies from run to run). The
+    # bound, a third of an fp32 matrix (21 MiB), fails with a whole fp32 Δ (64 MiB) or a whole
+    # fp32 copy of a bf16 gradient.
+    assert m["peak_growth"] <= m["state"] + fp32_matrix // 3
 
 
 def test_adamw_foreach_needs_temporaries_the_size_of_its_parameters() -> None:

@@ -138,12 +138,12 @@ def executed(tmp_path_factory, corpus_dir):
 
 
 @pytest.mark.parametrize("task", ["text", "sft"])
-def test_notebook_writes_the_comparison(executed, task) -> None:
+def test_notebook_writes_the_comparison(executed, task, assert_figure) -> None:
     out = executed
     assert notebooks.NOTEBOOKS[tq.NOTEBOOK] == tq.EXPERIMENT
     cfg = tq.config("smoke", task=task)
     for name in ("pareto", "curves", "sweep"):
-        assert (out / f"{tq.output_name(cfg, name)}.png").stat().st_size > 5000
+        assert_figure(out / f"{tq.output_name(cfg, name)}.png")
     summary = pd.read_csv(out / f"{tq.output_name(cfg)}.csv")
     assert len(summary) == len(cfg["methods"])
     assert (summary["seeds"] == len(cfg["seeds"])).all()

@@ -176,16 +176,17 @@ def is_real_scale(cfg: dict[str, Any], model: str | None = None) -> bool:
 
 def prepare_inputs(cfg: dict[str, Any], models: list[str], tasks: list[str]) -> None:
     """Build missing proxies and generate the task data in this process, before any worker
-    starts (workers must not build the same proxy or write the same cache at once)."""
+    starts (workers must not build the same proxy or write the same cache at once); both under
+    <results_dir> (models/, data/), where the runs look for them."""
     from logra.data import load_task
 
-    root = Path(cfg["results_dir"]) / "models"
+    results = Path(cfg["results_dir"])
     for model in models:
         if model in SCALES:
-            prepare(model, root=root)
+            prepare(model, root=results / "models", data_dir=results / "data")
     for task in tasks:
         for split in ("train", "test"):
-            load_task(task, split)
+            load_task(task, split, results / "data")
 
 
 # ---------------------------------------------------------------- running

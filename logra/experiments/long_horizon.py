@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -95,7 +96,8 @@ def packed_text(cfg: dict[str, Any], tokenizer) -> Tensor:
     and cut into chunks: (chunks, seq_len) int64."""
     from logra.data import load_task, to_sft
 
-    rows = load_task(cfg["task"], "train").select(range(cfg["text_rows"]))
+    rows = load_task(cfg["task"], "train", Path(cfg["results_dir"]) / "data")
+    rows = rows.select(range(cfg["text_rows"]))
     sft = to_sft(rows, cfg["task"])[:]
     texts = [p + c for p, c in zip(sft["prompt"], sft["completion"], strict=True)]
     ids = [i for seq in tokenizer(texts)["input_ids"] for i in (*seq, tokenizer.eos_token_id)]
@@ -230,10 +232,13 @@ def measurement_rows(t: int, runs: list[Run], shadow: torch.optim.Optimizer,
 
 
 def _policy(cfg: dict[str, Any]) -> tuple[nn.Module, Any]:
-    """Model and tokenizer of the proxy `model` (built first if missing: seconds for smoke)."""
+    """Model and tokenizer of the proxy `model`, under <results_dir>/models (built first if
+    missing: seconds for smoke)."""
     from logra.models import load_policy, prepare
 
-    return load_policy(str(prepare(cfg["model"], progress=False)))
+    results = Path(cfg["results_dir"])
+    return load_policy(str(prepare(cfg["model"], root=results / "models",
+                                   data_dir=results / "data", progress=False)))
 
 
 def run(cfg: dict[str, Any]) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from logra.optim.sketch import Reduce, identity
+from logra.optim.sketch import Reduce, identity, sqrt_ratio
 from logra.optim.updates import as_matrix
 
 
@@ -67,8 +67,8 @@ def gain_update(
 
     `reduce` sums over ranks when the stack holds shards of rows (`logra.optim.sketch`).
     """
-    col_gain = u_L.norm(dim=1).div_(L.norm(dim=1).clamp_min_(1e-30)).sqrt_()  # B×n
-    row_gain = u_R.norm(dim=2).div_(R.norm(dim=2).clamp_min_(1e-30)).sqrt_()  # B×m
+    col_gain = sqrt_ratio(u_L.norm(dim=1), L.norm(dim=1))  # B×n
+    row_gain = sqrt_ratio(u_R.norm(dim=2), R.norm(dim=2))  # B×m
     delta = G.mul_(row_gain.mul_(-lr * sign)[:, :, None]).mul_(col_gain[:, None, :])
     _add_weight_decay(delta, params, lr, weight_decay)
     return StackedUpdate(params=params, delta=delta, row_weight=_normalized(rho, reduce),

@@ -308,6 +308,11 @@ class LoGRA(Optimizer):
         self._kl_batch: tuple[tuple, dict, Tensor | None] | None = None
         super().__init__(params, defaults)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Every attribute, for copy.deepcopy and pickle: torch's Optimizer keeps only defaults,
+        state and param_groups, which would leave a copy without LoGRA's own settings."""
+        return dict(self.__dict__)
+
     # ------------------------------------------------------------------ configuration
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -958,15 +963,18 @@ def _projection_seed(seed: int, side: int, dim: int, cols: int, epoch: int) -> i
 
 
 def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> bool:
-    """All entries finite (on every rank of `group`), in one foreach reduction (max |x|
-    propagates NaN and ∞) and at most one all-reduce.
+    """All entries finite, squares included (on every rank of `group`), in one foreach
+    reduction (max |x| propagates NaN and ∞) and at most one all-reduce.
 
     For a sketched matrix the check runs on L and R: a NaN or ∞ anywhere in G reaches them.
+    The square of max |x| must be a finite fp32 number too: the second moments add x², and a
+    finite |x| > 1.8e19 would make them ∞ for good (and NaN once multiplied by β₂ = 0).
     """
     if not tensors:
         return True
     nonempty = [t for t in tensors if t.numel()]  # a shard may hold no rows
-    flag = (torch.stack(torch._foreach_norm(nonempty, math.inf)).isfinite().all() if nonempty
+    flag = (torch.stack([n.float() for n in torch._foreach_norm(nonempty, math.inf)])
+            .square().isfinite().all() if nonempty
             else torch.ones((), dtype=torch.bool, device=tensors[0].device))
     return true_on_every_rank(flag, group)
 

@@ -128,9 +128,15 @@ def rank1_second_moment(rho: Tensor, kappa: Tensor) -> Tensor:
     return torch.outer(rho, kappa) / rho.sum().clamp_min(torch.finfo(rho.dtype).tiny)
 
 
-def gain_factors(
-    L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor, tiny: float = 1e-30
-) -> tuple[Tensor, Tensor]:
+def sqrt_ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
+    """√(numerator / denominator) elementwise, formed as √numerator / √denominator (it overflows
+    far later than the ratio), and 0 where the denominator is 0: a zero row or column of the
+    sketch is a zero row or column of G, which no gain moves (and ∞ · 0 would be NaN)."""
+    return torch.where(denominator > 0, numerator.sqrt() / denominator.sqrt(),
+                       torch.zeros_like(denominator))
+
+
+def gain_factors(L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor) -> tuple[Tensor, Tensor]:
     """Square roots of the row and column gains (√s: (m,), √c: (n,)) of the gain update.
 
     The update is D_ij = √s_i · G_ij · √c_j with column gains c_j = ‖u_L[:,j]‖ / ‖L[:,j]‖ and row
@@ -138,8 +144,8 @@ def gain_factors(
     rescales each column and row of the current gradient. Both are ≥ 0, so D is always a descent
     direction (⟨D, G⟩ ≥ 0). Shapes: L and u_L k×n, R and u_R m×r.
     """
-    col_gain = u_L.norm(dim=0).div_(L.norm(dim=0).clamp_min_(tiny)).sqrt_()
-    row_gain = u_R.norm(dim=1).div_(R.norm(dim=1).clamp_min_(tiny)).sqrt_()
+    col_gain = sqrt_ratio(u_L.norm(dim=0), L.norm(dim=0))
+    row_gain = sqrt_ratio(u_R.norm(dim=1), R.norm(dim=1))
     return row_gain, col_gain
 
 def column_scale(u_L: Tensor, norms: Tensor) -> Tensor:
@@ -174,6 +180,7 @@ def transport_second_moment(
     """
     rho, kappa = energies(v_R, v_L, rows)
     total = reduce(rho.sum()).clamp_min(torch.finfo(rho.dtype).tiny)
-    v_L_new = torch.outer(reduce(P_new.square().T @ rho), kappa) / total
-    v_R_new = torch.outer(rho, kappa @ Q_new.square()) / total
+    # ρ/Σρ before the outer product: ρ_i κ_j alone can overflow fp32 where V̂ does not
+    v_L_new = torch.outer(reduce(P_new.square().T @ rho) / total, kappa)
+    v_R_new = torch.outer(rho / total, kappa @ Q_new.square())
     return v_L_new, v_R_new

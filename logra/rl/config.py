@@ -173,6 +173,13 @@ def run_dir(config: dict[str, Any]) -> Path:
     return Path(config["results_dir"]) / "runs" / name
 
 
+def data_dir(config: dict[str, Any]) -> Path:
+    """Where the run's generated tasks are cached: `data_dir`, or <results_dir>/data when null
+    (results/data at the default results_dir), so that a run writes under its results_dir."""
+    return Path(config["data_dir"] if config["data_dir"] is not None
+                else Path(config["results_dir"]) / "data")
+
+
 def result_keys_differ(saved: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """Keys (outside NOT_HASHED) whose values differ between a saved run and `config`."""
     keys = (set(saved) | set(config)) - set(NOT_HASHED)

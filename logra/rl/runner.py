@@ -126,7 +126,7 @@ class Trainer:
         results = Path(config["results_dir"])
         with self.dp.main_first():  # one rank builds the proxy
             self.source = str(prepare(model, root=results / "models",
-                                      data_dir=config["data_dir"],
+                                      data_dir=cfg.data_dir(config),
                                       progress=progress and self.dp.is_main)
                               if model in SCALES else model)
         policy, self.tokenizer = load_policy(self.source, dtype)
@@ -153,7 +153,7 @@ class Trainer:
     def _prompts(self, split: str) -> datasets.Dataset:
         """`prompt`, `gold` of a split, wrapped in the chat template when configured and present."""
         config = self.config
-        rows = load_task(config["task"], split, config["data_dir"],
+        rows = load_task(config["task"], split, cfg.data_dir(config),
                          test_rows=config["eval_prompts"])
         prompts = to_prompts(rows, config["task"])
         if config["use_chat_template"] and self.tokenizer.chat_template:
