@@ -98,12 +98,26 @@ def prepare(
     `threads`: torch CPU threads of the warm-up (default: the scale's); how fast, not what, so
     it is outside the build hash (more threads may change the weights at round-off).
     """
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
+    _check_threads(threads)
     spec = get_scale(scale)
     if not spec.is_proxy:
         return spec.hub_id
+    return prepare_spec(spec, root, force, data_dir, progress, threads)
+
+
+def prepare_spec(
+    spec: ScaleSpec,
+    root: str | Path = MODELS_DIR,
+    force: bool = False,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+    threads: int | None = None,
+) -> Path:
+    """`prepare` for a proxy given by its spec (e.g. the ladder's with another warm-up seed)."""
+    _check_threads(threads)
+    if not spec.is_proxy:
+        raise ValueError(f"{spec.name} is a hub model ({spec.hub_id}), not a proxy to build")
+    scale = spec.name
     target = Path(root) / scale
     config = build_config(spec)
     if not force and is_current(target, config):
@@ -119,6 +133,12 @@ def prepare(
     finally:
         torch.set_num_threads(before)
     return target
+
+
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
 
 
 def warmup_data(
