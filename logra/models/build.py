@@ -4,6 +4,12 @@ A built proxy is a directory in Hugging Face format — `config.json`, weights, 
 plus `build_config.json` (everything that defines it; its hash decides whether to rebuild) and
 `warmup.json` (steps, time, accuracies). It is saved into a temporary directory and renamed into
 place, so `results/models/<scale>/` is either absent, the previous build, or the complete new one.
+
+The kit ships the proxy-1m build every committed figure was made from (`shipped/`, package
+data): a warm-up of 1,200 steps lands elsewhere on a CPU of another kind (floating point; see
+`logra.models.determinism`), so `prepare` copies the shipped build when its config is current,
+and warms up from scratch only when asked (`force=True`) or when the config changed.
+`logra.models.rebuild` says whether a rebuild lands within the stated tolerance of it.
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
+import datasets
 import torch
 import transformers
 from transformers import (
@@ -41,6 +48,7 @@ from logra.models.warmup import warm_up
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO / "results" / "models"
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"  # builds that come with the package
 BUILD_FORMAT = 1  # bump when the build procedure changes in a way the specs do not show
 
 
@@ -84,20 +92,40 @@ def prepare(
 ) -> Path | str:
     """The directory of proxy `scale` under `root`, built first unless a current build is there.
 
+    A current build is the one at `root/scale`, else the shipped one (`SHIPPED_DIR`), which is
+    copied there. `force=True` warms up from scratch whatever is there or shipped.
     For a hub scale (1.5b, 7b, 27b) this only validates the name and returns the hub id; nothing
     is downloaded. `data_dir` is where the generated tasks are cached (default results/data).
     `threads`: torch CPU threads of the warm-up (default: the scale's); how fast, not what, so
     it is outside the build hash (more threads may change the weights at round-off).
     """
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
+    _check_threads(threads)
     spec = get_scale(scale)
     if not spec.is_proxy:
         return spec.hub_id
+    return prepare_spec(spec, root, force, data_dir, progress, threads)
+
+
+def prepare_spec(
+    spec: ScaleSpec,
+    root: str | Path = MODELS_DIR,
+    force: bool = False,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+    threads: int | None = None,
+) -> Path:
+    """`prepare` for a proxy given by its spec (e.g. the ladder's with another warm-up seed)."""
+    _check_threads(threads)
+    if not spec.is_proxy:
+        raise ValueError(f"{spec.name} is a hub model ({spec.hub_id}), not a proxy to build")
+    scale = spec.name
     target = Path(root) / scale
     config = build_config(spec)
     if not force and is_current(target, config):
+        return target
+    if not force and is_current(SHIPPED_DIR / scale, config):
+        _install(lambda tmp: shutil.copytree(SHIPPED_DIR / scale, tmp, dirs_exist_ok=True),
+                 target)
         return target
     before = torch.get_num_threads()
     torch.set_num_threads(threads or spec.warmup.threads)
@@ -108,20 +136,41 @@ def prepare(
     return target
 
 
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
+
+
+def warmup_data(
+    spec: ScaleSpec, data_dir: str | Path | None = None
+) -> tuple[dict[str, datasets.Dataset], datasets.Dataset]:
+    """The warm-up's SFT sets (task -> prompt/completion) and its held-out stop-check prompts.
+
+    The last `eval_examples` rows of gsm-synth's train split are held out for the stop check.
+    """
+    w = spec.warmup
+    raw = {task: load_task(task, "train", data_dir) for task in SYNTH_TASKS}
+    kept = len(raw["gsm-synth"]) - w.eval_examples
+    valid = to_prompts(raw["gsm-synth"].select(range(kept, kept + w.eval_examples)), "gsm-synth")
+    raw["gsm-synth"] = raw["gsm-synth"].select(range(kept))
+    return {task: to_sft(data, task) for task, data in raw.items()}, valid
+
+
+def initial_policy(spec: ScaleSpec) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerBase]:
+    """The proxy before its warm-up: weights drawn under `torch.manual_seed(warmup.seed)`."""
+    tokenizer = char_tokenizer()
+    torch.manual_seed(spec.warmup.seed)
+    return Qwen2ForCausalLM(qwen2_config(spec, tokenizer)), tokenizer
+
+
 def _build(
     spec: ScaleSpec, config: dict, target: Path, data_dir: str | Path | None, progress: bool
 ) -> None:
     """Warm up a fresh proxy, evaluate it on both test splits, save it atomically at `target`."""
     w = spec.warmup
-    raw = {task: load_task(task, "train", data_dir) for task in SYNTH_TASKS}
-    kept = len(raw["gsm-synth"]) - w.eval_examples  # the last rows are held out for the stop check
-    valid = to_prompts(raw["gsm-synth"].select(range(kept, kept + w.eval_examples)), "gsm-synth")
-    raw["gsm-synth"] = raw["gsm-synth"].select(range(kept))
-    train = {task: to_sft(data, task) for task, data in raw.items()}
-
-    tokenizer = char_tokenizer()
-    torch.manual_seed(w.seed)
-    model = Qwen2ForCausalLM(qwen2_config(spec, tokenizer))
+    train, valid = warmup_data(spec, data_dir)
+    model, tokenizer = initial_policy(spec)
     checkpoint = target.parent / f".{spec.name}.warmup" / "checkpoint.pt"
     result = warm_up(model, tokenizer, w, train, valid, checkpoint, config_hash(config), progress)
     accuracy = {}
@@ -172,16 +221,25 @@ def _save(
     report: dict,
     target: Path,
 ) -> None:
-    """Save into a temporary sibling of `target`, then swap it into place by renames."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the build is a shared result
-    try:
+    """Save the model, tokenizer, report and config at `target`, atomically (`_install`)."""
+
+    def write(tmp: Path) -> None:
         with _without_progress_bars():
             model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         io.write_json(tmp / "warmup.json", report)
         io.write_json(tmp / "build_config.json", config)
+
+    _install(write, target)
+
+
+def _install(fill: Callable[[Path], object], target: Path) -> None:
+    """Fill a temporary sibling of `target` with `fill(tmp)`, then swap it into place by renames."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the build is a shared result
+    try:
+        fill(tmp)
         old = target.with_name(f".{target.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if target.exists():

@@ -1,0 +1,43 @@
+"""Environment variables that pin torch's CPU floating point to one code path.
+
+A CPU run of torch picks its kernels at run time: ATen's vectorised kernels by the instruction
+set (`ATEN_CPU_CAPABILITY`, default: the best the CPU has), MKL's GEMMs by the CPU too (`MKL_CBWR`,
+conditional numerical reproducibility), and both split work by thread count. Each choice
+changes sums at round-off. The variables must be set before torch loads, so they belong in the
+environment of a fresh process: set them in `os.environ` before torch is imported, or before
+the notebooks' kernels start.
+
+Two pins:
+
+* `"avx2"` (the default): ATen's and MKL's AVX2 paths, which every x86-64 CPU since 2013–15
+  has; as fast as the default on an AMD CPU (whose MKL path is AVX2 anyway);
+* `"strict"`: ATen's `default` kernels (no explicit SIMD) and MKL's `COMPATIBLE` path, for
+  CPUs without AVX2; about twice as slow (110 s against 56 s for 40 warm-up steps here).
+
+The thread count is pinned too (`OMP_NUM_THREADS`, `MKL_NUM_THREADS`), and MKL's `STRICT` mode
+asks its GEMMs for the same result whatever the thread count.
+
+Measured (scripts/warmup_determinism.py --matrix: 40 warm-up steps of proxy-1m, SHA-256 of the
+weights, on a 2-core AMD EPYC with AVX-512, torch 2.13 CPU with MKL 2024.2): ATen's instruction
+set changes the weights (AVX-512, AVX2 and default: three hashes), MKL's `COMPATIBLE` path
+changes them, `MKL_CBWR=AVX2` does not (MKL already takes that path on this CPU; on an Intel
+AVX-512 CPU it would not), `ONEDNN_MAX_CPU_ISA` and `MKL_ENABLE_INSTRUCTIONS` do not, nor do
+1 and 2 threads. Under either pin the emulated AVX2-only machine and 2 threads give the pin's
+hash. What this machine cannot show: a CPU of another vendor or generation under the pin.
+"""
+
+from __future__ import annotations
+
+PINS: dict[str, dict[str, str]] = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"},
+    "strict": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE,STRICT"},
+}
+
+
+def pinned_environment(pin: str = "avx2", threads: int = 1) -> dict[str, str]:
+    """The environment variables of pin `pin` (a key of `PINS`) with `threads` threads."""
+    if pin not in PINS:
+        raise ValueError(f"unknown pin {pin!r}; valid pins: {list(PINS)}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    return {**PINS[pin], "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
