@@ -60,6 +60,9 @@ def _reproduce(args: argparse.Namespace) -> int:
         notebooks.check_scale(args.scale, notebooks.ordered(args.only))
     except ValueError as err:
         return usage_error(args.parser, str(err))
+    if args.check and (args.scale != "default" or args.figures_dir is not None):
+        return usage_error(args.parser, "--check compares with the committed figures/, which "
+                                        "only --scale default (into figures/) regenerates")
     start = time.perf_counter()
     try:
         notebooks.reproduce(args.scale, only=args.only, figures_dir=args.figures_dir,
@@ -68,6 +71,10 @@ def _reproduce(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
+    if args.check:  # the regenerated figures/ against git HEAD's, within figures/tolerances.yaml
+        from logra import check
+
+        return check.main([])
     return 0
 
 
@@ -153,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--rewrite-readme", action=argparse.BooleanOptionalAction, default=None,
                      help="rewrite the README's claims block with this run's ledger (default: "
                           "only at --scale default)")
+    rep.add_argument("--check", action="store_true",
+                     help="then compare the regenerated tables with git HEAD's figures/ within "
+                          "figures/tolerances.yaml (python -m logra.check); exit 1 when one "
+                          "moved outside its tolerance")
     rep.set_defaults(func=_reproduce, parser=rep)
 
     pre = commands.add_parser("prepare", help="build a proxy policy (cached) or check a hub scale")

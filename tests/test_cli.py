@@ -82,6 +82,7 @@ def test_help_gives_examples_and_every_notebook_with_its_scales() -> None:
     ["run", "no_such_experiment"],
     ["run", "sketch_error", "--scale", "smoke"],      # not a GRPO config
     ["prepare", "--scale", "huge"],
+    ["reproduce", "--scale", "smoke", "--check"],     # smoke tables are not the committed ones
     ["frobnicate"],
 ], ids=lambda argv: " ".join(argv))
 def test_usage_errors_exit_2_before_any_compute(argv, no_compute, capsys) -> None:
@@ -129,6 +130,18 @@ def test_only_the_default_scale_owns_figures_and_the_readme(executed, tmp_path) 
     assert params["figures_dir"] == str(REPO / "figures")
     assert params["readme"] == str(REPO / "README.md")
     assert executed_dir == tmp_path / "notebooks"
+
+
+def test_check_compares_the_regenerated_figures_with_head_s(executed, monkeypatch,
+                                                             tmp_path) -> None:
+    """`reproduce --check` runs `python -m logra.check` on figures/ after the notebooks and
+    exits with its code (1: a table moved outside its tolerance)."""
+    calls = []
+    monkeypatch.setattr("logra.check.main", lambda argv: calls.append(argv) or 1)
+    code = cli.main(["reproduce", "--only", "07_optimizer_cost", "--results-dir", str(tmp_path),
+                     "--check"])
+    assert code == 1 and calls == [[]]
+    assert executed[0][1]["figures_dir"] == str(REPO / "figures")
 
 
 def test_a_failing_notebook_exits_1(monkeypatch, tmp_path, capsys) -> None:
