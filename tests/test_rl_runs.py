@@ -256,3 +256,43 @@ def test_the_drift_probe_measures_without_changing_the_run(smoke_dirs, tmp_path)
         smoke_config(smoke_dirs, tmp_path, drift_probe_every=1, drift_probe_prompts=9)
     with pytest.raises(ConfigError, match="drift_probe_every"):
         smoke_config(smoke_dirs, tmp_path, drift_probe_every=0)
+
+
+def test_a_probe_fed_drift_budget_steers_on_the_probe_plus_the_applied_steps(
+    smoke_dirs, tmp_path, monkeypatch
+) -> None:
+    """kl_drift_source: probe feeds the budget K̂ = the last probe + the KL each step since
+    applied (0 before the first probe): every step's budget is (√B − √K̂)², and a resumed run
+    rebuilds K̂ from its records."""
+    budget = 5e-3  # several of the smoke policy's steps at lr 1e-4 (KL̂ about 1e-3 each)
+    config = smoke_config(smoke_dirs, tmp_path, optimizer="logra", lr=1e-4, steps=6,
+                          predicted_kl_threshold=None, kl_drift_budget=budget,
+                          kl_drift_window=1, kl_drift_source="probe", drift_probe_every=2,
+                          drift_probe_prompts=2, run_name="probe-fed")
+    records = runner.run_grpo(config, progress=False)
+    bound, expected = 0.0, []
+    for _, r in records.iloc[1:].iterrows():
+        expected.append((math.sqrt(budget) - math.sqrt(min(bound, budget))) ** 2)
+        bound = r["drift_kl"] if math.isfinite(r["drift_kl"]) else bound + r["applied_kl"]
+    assert records["threshold"].iloc[1:].tolist() == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert (records["applied_kl"].iloc[1:] > 0).sum() >= 3  # it moved, within the budget
+    assert (records["threshold"].iloc[2:] < budget).all()
+
+    step = runner.Trainer.step
+
+    def crash_at_4(self, t):
+        if t == 4:
+            raise KeyboardInterrupt
+        return step(self, t)
+
+    interrupted = {**config, "run_name": "probe-fed-interrupted"}
+    monkeypatch.setattr(runner.Trainer, "step", crash_at_4)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_grpo(interrupted, progress=False)
+    monkeypatch.setattr(runner.Trainer, "step", step)
+    assert_same_records(runner.run_grpo(interrupted, progress=False), records)
+    with pytest.raises(ConfigError, match="kl_drift_source"):
+        smoke_config(smoke_dirs, tmp_path, optimizer="logra", kl_drift_budget=0.1,
+                     kl_drift_source="probe")  # no probe
+    with pytest.raises(ConfigError, match="kl_drift_source"):
+        smoke_config(smoke_dirs, tmp_path, kl_drift_source="batch")

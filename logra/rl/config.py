@@ -36,7 +36,8 @@ NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir"
               "scale", "tensorboard")
 # key -> the key without which it does nothing (a key naming itself: nothing while it is null)
 ONLY_WITH = {"kl_drift_window": "kl_drift_budget", "drift_probe_every": "drift_probe_every",
-             "drift_probe_prompts": "drift_probe_every"}
+             "drift_probe_prompts": "drift_probe_every", "kl_drift_source": "kl_drift_source"}
+DRIFT_SOURCES = ("probe",)  # kl_drift_source: null (each step's batch KL) or one of these
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
                  "eval_every", "eval_prompts", "eval_batch_size", "checkpoint_every", "rank",
@@ -127,6 +128,14 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"drift_probe_prompts={config['drift_probe_prompts']} exceeds "
                           f"eval_prompts={config['eval_prompts']}: the probe's prompts are the "
                           "first test prompts")
+    source = config["kl_drift_source"]
+    if source is not None:
+        if source not in DRIFT_SOURCES:
+            raise ConfigError(f"kl_drift_source must be null or one of {list(DRIFT_SOURCES)}, "
+                              f"got {source!r}")
+        if config["kl_drift_budget"] is None or probe is None:
+            raise ConfigError("kl_drift_source: probe feeds the drift budget from the drift "
+                              "probe: it needs kl_drift_budget and drift_probe_every")
     targets = config["lora_targets"]
     if not targets or not all(isinstance(t, str) for t in targets):
         raise ConfigError(f"lora_targets must be a non-empty list of module names, got {targets!r}")

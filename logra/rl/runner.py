@@ -142,6 +142,7 @@ class Trainer:
                                                    config["kl_horizon"])
                               if config["kl_target"] is not None else None)
         self.trainable = {n: p for n, p in self.policy.named_parameters() if p.requires_grad}
+        self.drift_bound = 0.0  # K̂ of `track_drift`, for kl_drift_source: probe
         with self.dp.main_first():  # one rank generates and caches the data
             self.train_prompts = self._prompts("train")
             test = self._prompts("test")
@@ -214,9 +215,11 @@ class Trainer:
                 old_logprobs = logprobs.detach()
                 kl = float(categorical_kl(old_logits, ref_logits, mask))
                 if isinstance(self.optimizer, LoGRA) and self.optimizer.kl_drift_budget:
-                    # the drift budget needs KL(π_θ ‖ π_ref) of the global batch before the step
+                    # the drift budget needs KL(π_θ ‖ π_ref) before the step: of the global
+                    # batch, or the bound the drift probe keeps (`track_drift`)
                     self.optimizer.observe_reference_kl(
-                        self.dp.token_mean(dict(kl=kl), n_local)["kl"])
+                        self.drift_bound if c["kl_drift_source"] == "probe"
+                        else self.dp.token_mean(dict(kl=kl), n_local)["kl"])
             terms = grpo_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask,
                               c["clip_eps"], self.beta)
             loss = terms.loss * share if self.dp.world > 1 else terms.loss
@@ -277,6 +280,23 @@ class Trainer:
             correct, total = self.dp.sum(accuracy * len(prompts), len(prompts))
             accuracy = correct / total
         return dict(eval_accuracy=accuracy, eval_seconds=time.perf_counter() - start)
+
+    def track_drift(self, record: dict[str, Any]) -> None:
+        """Update `drift_bound` K̂ with the record of a step: its probe's KL when it has one,
+        else K̂ plus the KL the step applied (γ²·KL̂).
+
+        K̂ = KL_probe + Σ applied KLs since the probe bounds the drift from the reference as
+        long as the steps since the probe do not line up (aligned steps add as (Σ√k)²). GRPO's
+        mostly do not: in notebook 09's runs without control on proxy-1m the drift grew over
+        any 20 steps by at most a quarter of the sum of their step KLs (0.01 against 0.2 over
+        300 steps). It starts at 0, the drift of the policy before training.
+        """
+        probe = record.get("drift_kl", math.nan)
+        applied = record.get("applied_kl", math.nan)
+        if math.isfinite(probe):
+            self.drift_bound = probe
+        elif math.isfinite(applied):
+            self.drift_bound += applied
 
     def probe_drift(self) -> dict[str, float]:
         """KL(π_θ ‖ π_ref) per token on the drift probe (module docstring, `drift_kl`).
@@ -403,12 +423,15 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     steps = config["steps"]
     bar = tqdm(total=steps, initial=min(done, steps), disable=not (progress and main),
                desc=directory.name, unit="step")
+    for record in records[1:]:  # a resumed run's K̂ from the records it saved
+        trainer.track_drift(record)
     for t in range(done + 1, steps + 1):
         record = trainer.step(t)
         if t % config["eval_every"] == 0:
             record.update(trainer.evaluate())
         if config["drift_probe_every"] and t % config["drift_probe_every"] == 0:
             record.update(trainer.probe_drift())
+        trainer.track_drift(record)
         records.append(record)
         if tensorboard is not None:
             tensorboard.write(record)
