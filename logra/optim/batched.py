@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from logra.optim.gate import StepGate
 from logra.optim.sketch import Reduce, identity, sqrt_ratio
 from logra.optim.updates import as_matrix
 
@@ -53,7 +54,10 @@ class StackedUpdate:
         for p, d in zip(self.params, self.delta.unbind(0), strict=True):
             as_matrix(p.grad).copy_(d)
 
-    def apply(self, gamma: float) -> None:
+    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
+        """W ← W + γΔ; nothing where the boolean scalar `skip` is true (Δ may hold NaN then)."""
+        if skip is not None:
+            self.delta.masked_fill_(skip, 0.0)
         for p, d in zip(self.params, self.delta.unbind(0), strict=True):
             as_matrix(p).add_(d.to(p.dtype), alpha=gamma)
 
@@ -112,17 +116,16 @@ class ForeachDenseUpdate:
     @classmethod
     def build(
         cls, params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-        exp_avg_sqs: list[Tensor], step: int, group: dict,
+        exp_avg_sqs: list[Tensor], step: int, group: dict, gate: StepGate,
     ) -> ForeachDenseUpdate:
-        """Update the moments in place with `grads` and form Δ = −lr·(m̂/(√v̂+ε) + λW)."""
+        """Update the moments in place with `grads` (gated: `logra.optim.gate`) and form
+        Δ = −lr·(m̂/(√v̂+ε) + λW)."""
         beta1, beta2 = group["betas"]
         lr, weight_decay = float(group["lr"]), group["weight_decay"]
         values = [g.float() for g in grads]
         if group["maximize"]:
             values = torch._foreach_neg(values)
-        torch._foreach_lerp_(exp_avgs, values, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, values, values, value=1 - beta2)
+        gate.update_moments(exp_avgs, exp_avg_sqs, values, beta1, beta2)
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         denom = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_div_(denom, math.sqrt(bias2))
@@ -143,7 +146,11 @@ class ForeachDenseUpdate:
         for g, d in zip(self.grads, self.delta, strict=True):
             g.copy_(d)
 
-    def apply(self, gamma: float) -> None:
+    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
+        """W ← W + γΔ; nothing where the boolean scalar `skip` is true (Δ is finite here: the
+        gated moments are, so a 0/1 factor masks it)."""
+        if skip is not None:
+            torch._foreach_mul_(self.delta, skip.logical_not().to(torch.float32))
         if all(p.dtype == torch.float32 for p in self.params):
             torch._foreach_add_(self.params, self.delta, alpha=gamma)
         else:
