@@ -126,7 +126,7 @@ def optimizer_builders(
         if estimator in ("calibrated", "jvp") and not language_model:
             continue
         builders[f"logra-r{rank}-{estimator}"] = (
-            lambda m, e=estimator: _logra_with_control(m, lr, rank, e, cfg["kl_batch"]))
+            lambda m, e=estimator: logra_with_control(m, lr, rank, e, cfg["kl_batch"]))
     builders[f"naive-r{rank}"] = lambda m: RandomProjectionAdam(m.parameters(), lr=lr, rank=rank)
     builders["adafactor"] = lambda m: torch.optim.Adafactor(m.parameters(), lr=lr)
     settings = dict(lr=lr, weight_decay=0.0, rank=rank, seed=0)
@@ -136,7 +136,7 @@ def optimizer_builders(
     return [(name, builders[name]) for name in builders if _wanted(name, cfg["optimizers"])]
 
 
-def _logra_with_control(model: nn.Module, lr: float, rank: int, estimator: str,
+def logra_with_control(model: nn.Module, lr: float, rank: int, estimator: str,
                         kl_batch: list[int]) -> LoGRA:
     """LoGRA with the KL control off ("none") or on with `estimator`, probing a random batch."""
     if estimator == "none":
@@ -169,7 +169,7 @@ def copy_bandwidth(numel: int = 1 << 24, repeats: int = 5, device: str = "cpu") 
     dst = torch.empty_like(src)
     times = []
     for _ in range(repeats):
-        times.append(_timed(lambda: dst.copy_(src), torch.device(device)))
+        times.append(timed(lambda: dst.copy_(src), torch.device(device)))
     return 2 * 4 * numel / statistics.median(times)
 
 
@@ -259,12 +259,12 @@ def projection_cost(case: str, rank: int, cfg: dict[str, Any], repeats: int = 5)
             sk.orthonormal_projection(dim, cols, sk.seed_for(seed, (dim << 20) | cols, epoch, side),
                                       device)
 
-    seconds = statistics.median(_timed(regenerate, device) for _ in range(repeats))
+    seconds = statistics.median(timed(regenerate, device) for _ in range(repeats))
     return dict(case=case, rank=rank, projections=len(keys),
                 cache_bytes=projection_cache_bytes(optimizer), regenerate_ms=1e3 * seconds)
 
 
-def _timed(fn: Callable[[], Any], device: torch.device) -> float:
+def timed(fn: Callable[[], Any], device: torch.device) -> float:
     """Seconds `fn` takes: CUDA events around it on a GPU (the queue drained before), else the
     host clock."""
     if device.type != "cuda":
@@ -287,7 +287,7 @@ def _set_grads(model: nn.Module, grads: list[torch.Tensor]) -> None:
 
 def _timed_step(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]) -> float:
     _set_grads(model, grads)
-    return _timed(optimizer.step, next(model.parameters()).device)
+    return timed(optimizer.step, next(model.parameters()).device)
 
 
 def _step_memory(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]
