@@ -98,9 +98,10 @@ def _normalized(rho: Tensor, reduce: Reduce) -> Tensor:
 
 
 def _add_weight_decay(delta: Tensor, params: list[Tensor], lr: float, weight_decay: float):
+    """Δ_b −= lr·λ·W_b, read from the parameters in place (no stacked copy of the weights)."""
     if weight_decay != 0:
-        weights = torch.stack([as_matrix(p).float() for p in params])
-        delta.add_(weights, alpha=-lr * weight_decay)
+        torch._foreach_add_(list(delta.unbind(0)), [as_matrix(p) for p in params],
+                            alpha=-lr * weight_decay)
 
 
 @dataclass(kw_only=True)
