@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from logra.optim.gate import StepGate
-from logra.optim.sketch import Reduce, identity, sqrt_ratio
+from logra.optim.sketch import Reduce, identity, norms, sqrt_ratio
 from logra.optim.updates import as_matrix
 
 
@@ -71,8 +71,8 @@ def gain_update(
 
     `reduce` sums over ranks when the stack holds shards of rows (`logra.optim.sketch`).
     """
-    col_gain = sqrt_ratio(u_L.norm(dim=1), L.norm(dim=1))  # B×n
-    row_gain = sqrt_ratio(u_R.norm(dim=2), R.norm(dim=2))  # B×m
+    col_gain = sqrt_ratio(norms(u_L, 1), norms(L, 1))  # B×n
+    row_gain = sqrt_ratio(norms(u_R, 2), norms(R, 2))  # B×m
     delta = G.mul_(row_gain.mul_(-lr * sign)[:, :, None]).mul_(col_gain[:, None, :])
     _add_weight_decay(delta, params, lr, weight_decay)
     return StackedUpdate(params=params, delta=delta, row_weight=_normalized(rho, reduce),

@@ -48,7 +48,11 @@ class StepGate:
     def update_moments(self, exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
                        values: list[Tensor], beta1: float, beta2: float) -> None:
         """m ← lerp(m, x', w) and v ← v·b + (1−β₂)x'² for every tensor, in place (foreach)."""
-        gated = [self.values(x) for x in values]
+        self.update_gated(exp_avgs, exp_avg_sqs, [self.values(x) for x in values], beta1, beta2)
+
+    def update_gated(self, exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+                     gated: list[Tensor], beta1: float, beta2: float) -> None:
+        """`update_moments` on values already gated (x', e.g. views of one gated stack)."""
         weight = self.first_weight(beta1)
         torch._foreach_lerp_(exp_avgs, gated, [weight] * len(gated))
         torch._foreach_mul_(exp_avg_sqs, self.second_decay(beta2))

@@ -771,8 +771,8 @@ class LoGRA(Optimizer):
             L, R = L.neg_(), R.neg_()
         m_L, v_L, m_R, v_R = ([local(s[name]) for s in states] for name in
                               ("exp_avg_L", "exp_avg_sq_L", "exp_avg_R", "exp_avg_sq_R"))
-        gate.update_moments([*m_L, *m_R], [*v_L, *v_R], [*L.unbind(0), *R.unbind(0)],
-                            beta1, beta2)
+        gate.update_gated([*m_L, *m_R], [*v_L, *v_R],
+                          [*gate.values(L).unbind(0), *gate.values(R).unbind(0)], beta1, beta2)
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         m_L, m_R = torch.stack(m_L).div_(bias1), torch.stack(m_R).div_(bias1)
         v_L, v_R = torch.stack(v_L).div_(bias2), torch.stack(v_R).div_(bias2)
@@ -828,9 +828,9 @@ class LoGRA(Optimizer):
         moves = dict(grad=as_matrix(slot.grad), grad_sign=-1.0 if group["maximize"] else 1.0,
                      P=P, **common)
         if group["reconstruction"] == "blend":
-            scale = sk.column_scale(u_L, torch.maximum(L.norm(dim=0), m_hat.norm(dim=0)))
+            scale = sk.column_scale(u_L, torch.maximum(sk.norms(L, 0), sk.norms(m_hat, 0)))
             return BlendUpdate(left_gap=m_hat - L, col_scale=scale, **moves)
-        scale = sk.column_scale(u_L, L.norm(dim=0))
+        scale = sk.column_scale(u_L, sk.norms(L, 0))
         scale *= self._limit_residual(slot, state, L, scale)
         return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
 
