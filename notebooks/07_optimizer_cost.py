@@ -31,14 +31,21 @@ from logra.experiments import optimizer_cost, report
 # %% tags=["parameters"]
 scale = "default"
 figures_dir = "figures"
+device = "cpu"  # cuda: CUDA-event timing and measured memory (scripts/gpu_checks.py runs it)
+dtype = "float32"  # the parameters' dtype: float32 or bfloat16
 
 # %%
-cfg = optimizer_cost.config(scale)
+cfg = optimizer_cost.config(scale, device=device, dtype=dtype)
 frame = optimizer_cost.run(cfg)
-print(f"copy bandwidth {frame['bandwidth_gb_s'].iloc[0]:.1f} GB/s, {cfg['threads']} thread(s)")
+print(f"copy bandwidth {frame['bandwidth_gb_s'].iloc[0]:.1f} GB/s on {device}, "
+      f"{cfg['threads']} thread(s), {dtype} parameters")
 
 # %% [markdown]
-# ## Ratios to AdamW(foreach)
+# ## Ratios to AdamW(foreach) and AdamW(fused)
+#
+# `logra-r16-none` steps without the KL control; `-diag`, `-calibrated` and `-jvp` with each
+# estimator (the last two probe a random batch, proxies only): their difference to `-none` is the
+# control's cost per step. `cache_bytes` are the projections LoGRA keeps between steps.
 
 # %%
 report.show_table(optimizer_cost.ratio_table(frame, cfg["table_cases"]), "optimizer_cost",

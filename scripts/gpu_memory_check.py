@@ -16,6 +16,9 @@ The simulator does not model the optimizer step's temporaries: the "step" row sh
 
     python scripts/gpu_memory_check.py                      # about 2 minutes on one H100/H200
     python scripts/gpu_memory_check.py --no-checkpointing --micro-batch 2
+
+`check(args, config, device)` runs the same on any transformers config and device
+(`scripts/gpu_checks.py` calls it; on the CPU nothing is measured, the measured column is NaN).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import math
 import time
 
 import torch
@@ -38,7 +42,7 @@ from logra.memory.budget import GIB, STATIC, TRAINING
 from logra.optim import LoGRA
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--optimizers", nargs="+", default=["adamw", "logra"],
                         choices=["adamw", "logra"])
@@ -50,14 +54,19 @@ def parse_args() -> argparse.Namespace:
                         help="keep every activation instead of recomputing each layer")
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--embedding-rank", type=int, default=64)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
-def build_policy(device: torch.device) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
+def policy_config():
+    """Qwen2.5-1.5B's transformers config, as the check builds it (no EOS: full-length rollouts)."""
     config = architecture("qwen2.5-1.5b").config()
     config.pad_token_id, config.eos_token_id = 0, None
+    return config
+
+
+def build_policy(config, device: torch.device) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
     with device:
         return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16,
                                                 attn_implementation="sdpa")
@@ -81,8 +90,11 @@ def training_step(policy, reference, optimizer, ids: torch.Tensor) -> None:
     loss.backward()
 
 
-def peak(fn) -> float:
-    """Run fn; return the peak allocated GiB during it."""
+def peak(fn, device: torch.device) -> float:
+    """Run fn; return the peak allocated GiB during it (NaN off CUDA: nothing to read)."""
+    if device.type != "cuda":
+        fn()
+        return math.nan
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     fn()
@@ -90,7 +102,7 @@ def peak(fn) -> float:
     return torch.cuda.max_memory_allocated() / GIB
 
 
-def predicted(name: str, args: argparse.Namespace, seq: int) -> dict[str, float]:
+def predicted(name: str, args: argparse.Namespace, seq: int, config) -> dict[str, float]:
     """The simulator's static, rollout and training peaks (GiB) for this script's setting."""
     a = Assumptions(
         n_gpus=1, sharding="none", reserved_gib=0.0, weight_bytes=2, grad_bytes=2,
@@ -98,7 +110,10 @@ def predicted(name: str, args: argparse.Namespace, seq: int) -> dict[str, float]
         activation_checkpointing=not args.no_checkpointing, rollout_sequences_per_gpu=args.rollouts,
         prompt_length=args.prompt, initial_response_length=args.response,
     )
-    meta = architecture("qwen2.5-1.5b").build(torch.bfloat16)
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        meta = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     options = ({"rank": args.rank, "embedding_rank": args.embedding_rank} if name == "logra"
                else {})
     parts = budget(model_stats(meta, name, **options), seq, a)
@@ -111,9 +126,10 @@ def predicted(name: str, args: argparse.Namespace, seq: int) -> dict[str, float]
     }
 
 
-def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[str, float]:
+def measure(name: str, args: argparse.Namespace, device: torch.device,
+            config) -> dict[str, float]:
     torch.manual_seed(0)
-    policy = build_policy(device)
+    policy = build_policy(config, device)
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     if not args.no_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -131,8 +147,10 @@ def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[s
     optimizer.step()
     optimizer.zero_grad(set_to_none=False)  # gradient buffers stay, as in DeepSpeed/FSDP
     gc.collect()
-    torch.cuda.synchronize()
-    measured = {"static": torch.cuda.memory_allocated() / GIB}
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    measured = {"static": torch.cuda.memory_allocated() / GIB if device.type == "cuda"
+                else math.nan}
 
     prompts = torch.randint(1, vocab, (args.rollouts, args.prompt), device=device)
     policy.eval()
@@ -145,14 +163,32 @@ def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[s
                 do_sample=True, use_cache=True, pad_token_id=0)
 
     start = time.perf_counter()
-    measured["rollout"] = peak(generate)
+    measured["rollout"] = peak(generate, device)
     print(f"  {name}: generated {tuple(rollout['ids'].shape)} in "
           f"{time.perf_counter() - start:.0f} s")
     ids = rollout.pop("ids")[: args.micro_batch]
     policy.train()
-    measured["training"] = peak(lambda: training_step(policy, reference, optimizer, ids))
-    measured["step"] = peak(optimizer.step)
+    measured["training"] = peak(lambda: training_step(policy, reference, optimizer, ids),
+                                device)
+    measured["step"] = peak(optimizer.step, device)
     return measured  # the models and the state go with this frame
+
+
+def check(args: argparse.Namespace, config, device: torch.device
+          ) -> list[tuple[str, str, float, float]]:
+    """(optimizer, phase, measured GiB, predicted GiB) for every optimizer and phase."""
+    seq = args.prompt + args.response
+    rows = []
+    for name in args.optimizers:
+        start = time.perf_counter()
+        measured = measure(name, args, device, config)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        expected = predicted(name, args, seq, config)
+        print(f"  {name}: done in {time.perf_counter() - start:.0f} s")
+        rows += [(name, phase, measured[phase], expected[phase]) for phase in measured]
+    return rows
 
 
 def main() -> None:
@@ -164,15 +200,7 @@ def main() -> None:
     print(f"Qwen2.5-1.5B bf16, {args.rollouts} rollouts × {seq} tokens, micro-batch "
           f"{args.micro_batch}, checkpointing {not args.no_checkpointing}, on "
           f"{torch.cuda.get_device_name()}")
-    rows = []
-    for name in args.optimizers:
-        start = time.perf_counter()
-        measured = measure(name, args, device)
-        gc.collect()
-        torch.cuda.empty_cache()
-        expected = predicted(name, args, seq)
-        print(f"  {name}: done in {time.perf_counter() - start:.0f} s")
-        rows += [(name, phase, measured[phase], expected[phase]) for phase in measured]
+    rows = check(args, policy_config(), device)
     print(f"\n{'optimizer':<10}{'phase':<10}{'measured GiB':>14}{'predicted GiB':>15}"
           f"{'measured/predicted':>20}")
     for name, phase, got, want in rows:

@@ -14,18 +14,32 @@ Cases (`cases` in experiments/optimizer_cost.yaml):
                   (timing does not depend on the weights)
 
 Optimizers: LoGRA at each rank of `logra_ranks` (defaults otherwise: gain reconstruction,
-δ = 0.02 with the diagonal estimate, projections regenerated every step), AdamW foreach and
-fused, torch.optim.Adafactor, the naive random projection, and GaLore / APOLLO where their
-packages are installed (rank `baseline_rank`; built by `logra.optimizers`, as in the RL runs).
-GaLore recomputes an SVD every `update_proj_gap` steps; its time is amortized over that gap:
-t = t_step + (t_first − t_step)/gap, with t_first the timed first step (SVD included).
+δ = 0.02 with the diagonal estimate, projections cached), AdamW foreach and fused (both
+baselines of every table), torch.optim.Adafactor, the naive random projection, and GaLore /
+APOLLO where their packages are installed (rank `baseline_rank`; built by `logra.optimizers`,
+as in the RL runs). GaLore recomputes an SVD every `update_proj_gap` steps; its time is
+amortized over that gap: t = t_step + (t_first − t_step)/gap, with t_first the timed first step
+(SVD included). `control_estimators` adds LoGRA at `baseline_rank` with the KL control off
+("none") or with one estimator each ("diag", "calibrated", "jvp"; the last two probe a random
+batch of `kl_batch` = [sequences, tokens] and run on the proxy policies only): the control's
+extra cost per step is the difference to "none".
+
+Device and dtype (`device`, `dtype`): the parameters and gradients live there in that dtype
+(optimizer state as each optimizer keeps it: LoGRA's moments fp32, AdamW's in the parameters'
+dtype). On CUDA a step is timed by CUDA events around it (the queue drained before), and the
+table adds, per optimizer, the memory allocated between steps (`allocated_bytes`: weights,
+gradients, state, LoGRA's projection cache), what the accountant predicts for it
+(`predicted_bytes`: weights + gradients + `logra.memory.state_bytes`, AdamW and LoGRA only) and
+the step's own peak above it (`step_peak_bytes`, from `torch.cuda.max_memory_allocated`).
 
 AdamW's memory-traffic bound: a step must read p, g, m, v and write p, m, v, i.e. 28 bytes per
-fp32 parameter; at the copy bandwidth B measured in the same run the bound is 28·numel/B.
+fp32 parameter (14 in bf16); at the copy bandwidth B measured in the same run on the same device
+the bound is 28·numel/B.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -38,10 +52,15 @@ from torch import nn
 from torch.optim import Optimizer
 
 from logra.experiments.config import load_config
+from logra.memory import state_bytes as predicted_state_bytes
+from logra.memory.state import as_dtype
 from logra.optim import LoGRA, RandomProjectionAdam
+from logra.optim import sketch as sk
 from logra.optimizers import PROJECTION_GAP, REGISTRY, build_optimizer, state_bytes
 
 BASELINE = "adamw"
+FUSED = "adamw-fused"
+CONTROL_ESTIMATORS = ("none", "diag", "calibrated", "jvp")  # "none": the KL control off
 
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
@@ -52,8 +71,12 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- cases
 
 
-def build_case(name: str) -> nn.Module:
-    """The model whose parameters a case steps (fp32, on the CPU, randomly initialised)."""
+def build_case(name: str, device: str = "cpu", dtype: str = "float32") -> nn.Module:
+    """The model whose parameters a case steps, randomly initialised, on `device` in `dtype`."""
+    return _case_model(name).to(device=torch.device(device), dtype=as_dtype(dtype))
+
+
+def _case_model(name: str) -> nn.Module:
     torch.manual_seed(0)
     if name.startswith("square-"):
         size = int(name.removeprefix("square-"))
@@ -81,8 +104,13 @@ def build_case(name: str) -> nn.Module:
                      f"qwen2.5-1.5b-layer, or a proxy scale {proxies}")
 
 
-def optimizer_builders(cfg: dict[str, Any]) -> list[tuple[str, Callable[[nn.Module], Optimizer]]]:
-    """(name, builder) of every optimizer of the comparison that is installed and wanted."""
+def optimizer_builders(
+    cfg: dict[str, Any], language_model: bool = False
+) -> list[tuple[str, Callable[[nn.Module], Optimizer]]]:
+    """(name, builder) of every optimizer of the comparison that is installed and wanted.
+
+    `language_model`: the case's model returns logits, so the JVP estimators can probe it.
+    """
     lr = 1e-4
     builders: dict[str, Callable[[nn.Module], Optimizer]] = {
         "adamw": lambda m: torch.optim.AdamW(m.parameters(), lr=lr, foreach=True),
@@ -91,6 +119,14 @@ def optimizer_builders(cfg: dict[str, Any]) -> list[tuple[str, Callable[[nn.Modu
     for rank in cfg["logra_ranks"]:
         builders[f"logra-r{rank}"] = lambda m, r=rank: LoGRA(m.parameters(), lr=lr, rank=r)
     rank = cfg["baseline_rank"]
+    for estimator in cfg["control_estimators"]:
+        if estimator not in CONTROL_ESTIMATORS:
+            raise ValueError(f"unknown control estimator {estimator!r}; valid: "
+                             f"{list(CONTROL_ESTIMATORS)}")
+        if estimator in ("calibrated", "jvp") and not language_model:
+            continue
+        builders[f"logra-r{rank}-{estimator}"] = (
+            lambda m, e=estimator: logra_with_control(m, lr, rank, e, cfg["kl_batch"]))
     builders[f"naive-r{rank}"] = lambda m: RandomProjectionAdam(m.parameters(), lr=lr, rank=rank)
     builders["adafactor"] = lambda m: torch.optim.Adafactor(m.parameters(), lr=lr)
     settings = dict(lr=lr, weight_decay=0.0, rank=rank, seed=0)
@@ -98,6 +134,20 @@ def optimizer_builders(cfg: dict[str, Any]) -> list[tuple[str, Callable[[nn.Modu
         if _installed(REGISTRY[name].package[0]):
             builders[f"{name}-r{rank}"] = lambda m, n=name: build_optimizer(n, m, settings)
     return [(name, builders[name]) for name in builders if _wanted(name, cfg["optimizers"])]
+
+
+def logra_with_control(model: nn.Module, lr: float, rank: int, estimator: str,
+                        kl_batch: list[int]) -> LoGRA:
+    """LoGRA with the KL control off ("none") or on with `estimator`, probing a random batch."""
+    if estimator == "none":
+        return LoGRA(model.parameters(), lr=lr, rank=rank, predicted_kl_threshold=None)
+    optimizer = LoGRA(model.parameters(), lr=lr, rank=rank, kl_estimator=estimator)
+    if estimator != "diag":
+        device = next(model.parameters()).device
+        ids = torch.randint(1, model.config.vocab_size, tuple(kl_batch), device=device,
+                            generator=torch.Generator(device).manual_seed(2))
+        optimizer.set_kl_batch(model, input_ids=ids)
+    return optimizer
 
 
 def _installed(module: str) -> bool:
@@ -113,36 +163,41 @@ def _wanted(name: str, wanted: list[str]) -> bool:
 # ---------------------------------------------------------------- measurement
 
 
-def copy_bandwidth(numel: int = 1 << 24, repeats: int = 5) -> float:
-    """Bytes per second of an fp32 copy (read + write), median of `repeats`."""
-    src, dst = torch.empty(numel).normal_(), torch.empty(numel)
+def copy_bandwidth(numel: int = 1 << 24, repeats: int = 5, device: str = "cpu") -> float:
+    """Bytes per second of an fp32 copy (read + write) on `device`, median of `repeats`."""
+    src = torch.empty(numel, device=device).normal_()
+    dst = torch.empty_like(src)
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        dst.copy_(src)
-        times.append(time.perf_counter() - start)
+        times.append(timed(lambda: dst.copy_(src), torch.device(device)))
     return 2 * 4 * numel / statistics.median(times)
 
 
 def measure_case(case: str, cfg: dict[str, Any]) -> pd.DataFrame:
     """Median step time and state bytes of every optimizer on one case, interleaved."""
-    builders = optimizer_builders(cfg)
-    models, optimizers, grads = {}, {}, {}
-    template = build_case(case)
+    device, dtype = torch.device(cfg["device"]), as_dtype(cfg["dtype"])
+    template = build_case(case, cfg["device"], cfg["dtype"])
+    builders = optimizer_builders(cfg, language_model=hasattr(template, "config")
+                                  and hasattr(template, "lm_head"))
+    models, optimizers = {}, {}
     generator = torch.Generator().manual_seed(1)
-    grad_values = [torch.randn(p.shape, generator=generator) * 1e-3
+    grad_values = [(torch.randn(p.shape, generator=generator) * 1e-3).to(device, dtype)
                    for p in template.parameters()]
     first_step: dict[str, float] = {}
     for name, build in builders:
-        model = build_case(case)
+        model = build_case(case, cfg["device"], cfg["dtype"])
         optimizers[name] = build(model)
         models[name] = model
-        grads[name] = grad_values
         first_step[name] = _timed_step(model, optimizers[name], grad_values)
     times: dict[str, list[float]] = {name: [] for name, _ in builders}
+    peaks: dict[str, int] = dict.fromkeys(times, 0)
+    allocated: dict[str, int] = dict.fromkeys(times, 0)
     for round_ in range(cfg["warmup_rounds"] + cfg["rounds"]):
         for name, _ in builders:
-            elapsed = _timed_step(models[name], optimizers[name], grads[name])
+            if device.type == "cuda":
+                allocated[name], peak = _step_memory(models[name], optimizers[name], grad_values)
+                peaks[name] = max(peaks[name], peak)
+            elapsed = _timed_step(models[name], optimizers[name], grad_values)
             if round_ >= cfg["warmup_rounds"]:
                 times[name].append(elapsed)
     numel = sum(p.numel() for p in template.parameters())
@@ -151,31 +206,112 @@ def measure_case(case: str, cfg: dict[str, Any]) -> pd.DataFrame:
         median = statistics.median(times[name])
         if name.startswith("galore"):  # one SVD every gap steps, the first step included one
             median += max(first_step[name] - median, 0.0) / PROJECTION_GAP
-        rows.append(dict(case=case, numel=numel, optimizer=name, step_ms=1e3 * median,
-                         state_bytes=state_bytes(optimizers[name])))
+        optimizer = optimizers[name]
+        row = dict(case=case, numel=numel, optimizer=name, step_ms=1e3 * median,
+                   state_bytes=state_bytes(optimizer),
+                   cache_bytes=projection_cache_bytes(optimizer))
+        if device.type == "cuda":
+            row.update(allocated_bytes=allocated[name], step_peak_bytes=peaks[name],
+                       predicted_bytes=predicted_bytes(template, name, cfg))
+        rows.append(row)
     frame = pd.DataFrame(rows)
-    base = frame.set_index("optimizer").loc[BASELINE]
-    frame["time_ratio"] = frame["step_ms"] / base["step_ms"]
-    frame["state_ratio"] = frame["state_bytes"] / base["state_bytes"]
+    base = frame.set_index("optimizer")
+    frame["time_ratio"] = frame["step_ms"] / base.loc[BASELINE, "step_ms"]
+    frame["fused_ratio"] = frame["step_ms"] / base.loc[FUSED, "step_ms"]
+    frame["state_ratio"] = frame["state_bytes"] / base.loc[BASELINE, "state_bytes"]
     return frame
 
 
-def _timed_step(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]) -> float:
+def projection_cache_bytes(optimizer: Optimizer) -> int:
+    """Bytes of the projections P, Q LoGRA keeps between steps (0 for other optimizers)."""
+    return sum(t.nbytes for t in getattr(optimizer, "_projection_cache", {}).values())
+
+
+def predicted_bytes(model: nn.Module, name: str, cfg: dict[str, Any]) -> float:
+    """What the accountant predicts is allocated between steps: weights, gradients (both in the
+    parameters' dtype) and `logra.memory.state_bytes` (AdamW and LoGRA; NaN for the others)."""
+    weights = sum(p.nbytes for p in model.parameters())
+    if name.startswith("adamw"):
+        state = predicted_state_bytes(model, "adamw")
+    elif name.startswith("logra-r"):
+        rank = int(name.removeprefix("logra-r").split("-")[0])
+        state = predicted_state_bytes(model, "logra", rank=rank, embedding_rank=rank)
+    else:
+        return math.nan
+    return 2 * weights + state
+
+
+def projection_cost(case: str, rank: int, cfg: dict[str, Any], repeats: int = 5) -> dict:
+    """Regenerate or cache LoGRA's projections on a case: the cache's bytes (every distinct
+    shape's P and Q) and the time to draw and QR-factor all of them again, as one step without
+    the cache does (median of `repeats`, moved to `device` included)."""
+    model = build_case(case, cfg["device"], cfg["dtype"])
+    optimizer = LoGRA(model.parameters(), lr=1e-4, rank=rank, cache_projections=True,
+                      predicted_kl_threshold=None)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    device = torch.device(cfg["device"])
+    keys = list(optimizer._projection_cache)
+
+    def regenerate() -> None:
+        for seed, side, dim, cols, epoch, _ in keys:
+            sk.orthonormal_projection(dim, cols, sk.seed_for(seed, (dim << 20) | cols, epoch, side),
+                                      device)
+
+    seconds = statistics.median(timed(regenerate, device) for _ in range(repeats))
+    return dict(case=case, rank=rank, projections=len(keys),
+                cache_bytes=projection_cache_bytes(optimizer), regenerate_ms=1e3 * seconds)
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> float:
+    """Seconds `fn` takes: CUDA events around it on a GPU (the queue drained before), else the
+    host clock."""
+    if device.type != "cuda":
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def _set_grads(model: nn.Module, grads: list[torch.Tensor]) -> None:
     for p, g in zip(model.parameters(), grads, strict=True):
         p.grad = g.clone()
-    start = time.perf_counter()
+
+
+def _timed_step(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]) -> float:
+    _set_grads(model, grads)
+    return timed(optimizer.step, next(model.parameters()).device)
+
+
+def _step_memory(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]
+                 ) -> tuple[int, int]:
+    """(bytes allocated before a step, the step's peak above that), on CUDA."""
+    _set_grads(model, grads)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     optimizer.step()
-    return time.perf_counter() - start
+    torch.cuda.synchronize()
+    return before, torch.cuda.max_memory_allocated() - before
 
 
 def run(cfg: dict[str, Any]) -> pd.DataFrame:
     """All cases and the matrix-size sweep; one row per (case, optimizer)."""
     torch.set_num_threads(cfg["threads"])
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(device=cfg["device"])
     cases = [*cfg["cases"], *(f"square-{n}" for n in cfg["sweep_sizes"])]
     frames = [measure_case(case, cfg) for case in dict.fromkeys(cases)]
     frame = pd.concat(frames, ignore_index=True)
-    frame["adamw_bound_ms"] = 1e3 * 28 * frame["numel"] / bandwidth
+    # p, g, m, v read and p, m, v written, all in the parameters' dtype (as AdamW keeps them)
+    frame["bound_bytes_per_param"] = 7 * as_dtype(cfg["dtype"]).itemsize
+    frame["adamw_bound_ms"] = 1e3 * frame["bound_bytes_per_param"] * frame["numel"] / bandwidth
     frame["bandwidth_gb_s"] = bandwidth / 1e9
     return frame
 
@@ -184,9 +320,13 @@ def run(cfg: dict[str, Any]) -> pd.DataFrame:
 
 
 def ratio_table(frame: pd.DataFrame, cases: list[str]) -> pd.DataFrame:
-    """Per case and optimizer: ms per step, ratio to AdamW(foreach), state bytes and ratio."""
-    table = frame[frame["case"].isin(cases)][
-        ["case", "optimizer", "step_ms", "time_ratio", "state_bytes", "state_ratio"]]
+    """Per case and optimizer: ms per step, ratios to AdamW foreach and fused, state bytes and
+    ratio, and on CUDA the measured memory beside the accountant's prediction."""
+    columns = ["case", "optimizer", "step_ms", "time_ratio", "fused_ratio", "state_bytes",
+               "state_ratio", "cache_bytes"]
+    columns += [c for c in ("allocated_bytes", "predicted_bytes", "step_peak_bytes")
+                if c in frame]
+    table = frame[frame["case"].isin(cases)][columns]
     return table.reset_index(drop=True)
 
 
@@ -201,7 +341,7 @@ def plot_sweep(frame: pd.DataFrame, sizes: list[int]) -> plt.Figure:
         ax_state.plot(rows["numel"], rows["state_bytes"], label=name, **style)
     bound = sweep.drop_duplicates("numel").sort_values("numel")
     ax_time.plot(bound["numel"], bound["adamw_bound_ms"], "k--", lw=1,
-                 label=f"AdamW traffic bound (28 B/param at "
+                 label=f"AdamW traffic bound ({bound['bound_bytes_per_param'].iloc[0]} B/param at "
                        f"{bound['bandwidth_gb_s'].iloc[0]:.0f} GB/s)")
     for ax, label in ((ax_time, "time per step (ms)"), (ax_state, "optimizer state (bytes)")):
         ax.set_xscale("log")

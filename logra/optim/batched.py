@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from logra.optim.sketch import Reduce, identity, sqrt_ratio
+from logra.optim.gate import StepGate
+from logra.optim.sketch import Reduce, identity, norms, sqrt_ratio
 from logra.optim.updates import as_matrix
 
 
@@ -45,15 +46,19 @@ class StackedUpdate:
     col_weight: Tensor  # κ, B×n
 
     def predicted_fisher(self) -> Tensor:
-        """Σ_b Σ_ij (ρ_b)_i (κ_b)_j (Δ_b)_ij² / Σρ_b."""
-        weighted = torch.bmm(self.delta.square(), self.col_weight[:, :, None])  # B×m×1
-        return (self.row_weight[:, :, None] * weighted).sum()
+        """Σ_b Σ_ij (ρ_b)_i (κ_b)_j (Δ_b)_ij² / Σρ_b, as Σ_b ((ρ_b/Σρ_b)ᵀ Δ_b²) κ_b: a row vector
+        times each matrix (on one CPU thread 3-5× faster than the matrix times a column)."""
+        weighted = torch.bmm(self.row_weight[:, None, :], self.delta.square())  # B×1×n
+        return (weighted[:, 0, :] * self.col_weight).sum()
 
     def store_delta(self) -> None:
         for p, d in zip(self.params, self.delta.unbind(0), strict=True):
             as_matrix(p.grad).copy_(d)
 
-    def apply(self, gamma: float) -> None:
+    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
+        """W ← W + γΔ; nothing where the boolean scalar `skip` is true (Δ may hold NaN then)."""
+        if skip is not None:
+            self.delta.masked_fill_(skip, 0.0)
         for p, d in zip(self.params, self.delta.unbind(0), strict=True):
             as_matrix(p).add_(d.to(p.dtype), alpha=gamma)
 
@@ -67,8 +72,8 @@ def gain_update(
 
     `reduce` sums over ranks when the stack holds shards of rows (`logra.optim.sketch`).
     """
-    col_gain = sqrt_ratio(u_L.norm(dim=1), L.norm(dim=1))  # B×n
-    row_gain = sqrt_ratio(u_R.norm(dim=2), R.norm(dim=2))  # B×m
+    col_gain = sqrt_ratio(norms(u_L, 1), norms(L, 1))  # B×n
+    row_gain = sqrt_ratio(norms(u_R, 2), norms(R, 2))  # B×m
     delta = G.mul_(row_gain.mul_(-lr * sign)[:, :, None]).mul_(col_gain[:, None, :])
     _add_weight_decay(delta, params, lr, weight_decay)
     return StackedUpdate(params=params, delta=delta, row_weight=_normalized(rho, reduce),
@@ -94,9 +99,10 @@ def _normalized(rho: Tensor, reduce: Reduce) -> Tensor:
 
 
 def _add_weight_decay(delta: Tensor, params: list[Tensor], lr: float, weight_decay: float):
+    """Δ_b −= lr·λ·W_b, read from the parameters in place (no stacked copy of the weights)."""
     if weight_decay != 0:
-        weights = torch.stack([as_matrix(p).float() for p in params])
-        delta.add_(weights, alpha=-lr * weight_decay)
+        torch._foreach_add_(list(delta.unbind(0)), [as_matrix(p) for p in params],
+                            alpha=-lr * weight_decay)
 
 
 @dataclass(kw_only=True)
@@ -112,17 +118,16 @@ class ForeachDenseUpdate:
     @classmethod
     def build(
         cls, params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-        exp_avg_sqs: list[Tensor], step: int, group: dict,
+        exp_avg_sqs: list[Tensor], step: int, group: dict, gate: StepGate,
     ) -> ForeachDenseUpdate:
-        """Update the moments in place with `grads` and form Δ = −lr·(m̂/(√v̂+ε) + λW)."""
+        """Update the moments in place with `grads` (gated: `logra.optim.gate`) and form
+        Δ = −lr·(m̂/(√v̂+ε) + λW)."""
         beta1, beta2 = group["betas"]
         lr, weight_decay = float(group["lr"]), group["weight_decay"]
         values = [g.float() for g in grads]
         if group["maximize"]:
             values = torch._foreach_neg(values)
-        torch._foreach_lerp_(exp_avgs, values, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, values, values, value=1 - beta2)
+        gate.update_moments(exp_avgs, exp_avg_sqs, values, beta1, beta2)
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         denom = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_div_(denom, math.sqrt(bias2))
@@ -143,7 +148,11 @@ class ForeachDenseUpdate:
         for g, d in zip(self.grads, self.delta, strict=True):
             g.copy_(d)
 
-    def apply(self, gamma: float) -> None:
+    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
+        """W ← W + γΔ; nothing where the boolean scalar `skip` is true (Δ is finite here: the
+        gated moments are, so a 0/1 factor masks it)."""
+        if skip is not None:
+            torch._foreach_mul_(self.delta, skip.logical_not().to(torch.float32))
         if all(p.dtype == torch.float32 for p in self.params):
             torch._foreach_add_(self.params, self.delta, alpha=gamma)
         else:

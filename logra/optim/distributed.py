@@ -113,13 +113,14 @@ def reducer(shard: RowShard | None) -> Callable[[Tensor], Tensor]:
     return partial(all_reduce_sum, group=shard.group)
 
 
-def true_on_every_rank(flag: Tensor, group: dist.ProcessGroup | None) -> bool:
-    """Whether a boolean scalar is true on every rank of `group` (just its value without one)."""
+def true_on_every_rank(flag: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    """Whether a boolean scalar is true on every rank of `group`, as a boolean scalar on the
+    flag's device (the flag itself without a group): no host synchronization."""
     if group is None:
-        return bool(flag)
+        return flag
     flag = flag.to(torch.float32)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-    return bool(flag)
+    return flag.bool()
 
 
 def distribute_state(

@@ -128,6 +128,15 @@ def rank1_second_moment(rho: Tensor, kappa: Tensor) -> Tensor:
     return torch.outer(rho, kappa) / rho.sum().clamp_min(torch.finfo(rho.dtype).tiny)
 
 
+def norms(x: Tensor, dim: int) -> Tensor:
+    """Euclidean norms along `dim`, √Σ x² (as `x.norm(dim=dim)`, which overflows alike).
+
+    A plain sum reduction: on the CPU the norm kernel reduces over a dimension other than the
+    last about 20× slower (240 µs against 10 µs for a 16×16×128 tensor over dim 1).
+    """
+    return x.square().sum(dim=dim).sqrt_()
+
+
 def sqrt_ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
     """√(numerator / denominator) elementwise, formed as √numerator / √denominator (it overflows
     far later than the ratio), and 0 where the denominator is 0: a zero row or column of the
@@ -144,17 +153,19 @@ def gain_factors(L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor) -> tuple[Tensor
     rescales each column and row of the current gradient. Both are ≥ 0, so D is always a descent
     direction (⟨D, G⟩ ≥ 0). Shapes: L and u_L k×n, R and u_R m×r.
     """
-    col_gain = sqrt_ratio(u_L.norm(dim=0), L.norm(dim=0))
-    row_gain = sqrt_ratio(u_R.norm(dim=1), R.norm(dim=1))
+    col_gain = sqrt_ratio(norms(u_L, 0), norms(L, 0))
+    row_gain = sqrt_ratio(norms(u_R, 1), norms(R, 1))
     return row_gain, col_gain
 
-def column_scale(u_L: Tensor, norms: Tensor) -> Tensor:
+
+def column_scale(u_L: Tensor, column_norms: Tensor) -> Tensor:
     """φ_j = ‖u_L[:,j]‖ / norms_j (n,): how much Adam, run on the left sketch, rescales column j
-    (Fira's scaling factor). `norms` are the column norms it is relative to (≥ 0). A zero norm
+    (Fira's scaling factor). `column_norms` are the norms it is relative to (≥ 0). A zero norm
     means a zero column of G, whose residual is zero whatever φ_j: φ_j = 0 there (a huge φ_j
     would overflow φ_j² in the limiter's norm)."""
-    return torch.where(norms > 0, u_L.norm(dim=0) / norms.clamp_min(torch.finfo(norms.dtype).tiny),
-                       torch.zeros_like(norms))
+    tiny = torch.finfo(column_norms.dtype).tiny
+    return torch.where(column_norms > 0, norms(u_L, 0) / column_norms.clamp_min(tiny),
+                       torch.zeros_like(column_norms))
 
 
 def transport_first_moment(

@@ -82,10 +82,13 @@ class Update:
         for rows in self.blocks():
             out[rows].copy_(self.delta(rows))
 
-    def apply(self, gamma: float) -> None:
-        """W ← W + γΔ, a block at a time."""
+    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
+        """W ← W + γΔ, a block at a time; nothing where the boolean scalar `skip` (on the
+        device, not read on the host) is true, whatever Δ holds then."""
         for rows in self.blocks():
             d = self.delta(rows)
+            if skip is not None:
+                d.masked_fill_(skip, 0.0)
             self.weight[rows].add_(d.to(self.weight.dtype), alpha=gamma)
 
 

@@ -1,0 +1,59 @@
+"""Skipping a step on the device: moment updates that are the identity when a flag is false.
+
+A step whose gradients hold a NaN or ∞ must leave the moments as they were. Knowing that on the
+host costs a device synchronization per step; instead the flag `ok` (a boolean scalar on the
+device, `LoGRA`'s finiteness check) enters the moment updates as data:
+
+    x' = ok ? x : 0                                   the sketch or gradient, NaN-free
+    m  ← lerp(m, x', w),       w = ok ? 1−β₁ : 0      m + 0·(0 − m) = m when skipped
+    v  ← v·b + (1−β₂)·x'²,     b = ok ? β₂ : 1        v·1 + 0 = v when skipped
+
+With ok true these are AdamW's operations on the same operands (a 0-d fp32 tensor operand rounds
+as the Python scalar does), so the moments agree bit for bit with the ungated update. The step
+counters live on the host (as `torch.optim.AdamW`'s do without `capturable`): the optimizer
+advances them before it knows `ok` and takes a skipped step back once it reads the flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class StepGate:
+    """The finiteness flag of one step and the gated operands built from it (all on its device,
+    none read on the host)."""
+
+    ok: Tensor  # 0-d bool: every gradient of the step is finite
+    skip: Tensor = field(init=False)  # 0-d bool: not ok
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "skip", self.ok.logical_not())
+
+    def values(self, x: Tensor) -> Tensor:
+        """x where the step is kept, zeros where it is skipped (a new tensor)."""
+        return torch.where(self.ok, x, 0.0)
+
+    def first_weight(self, beta1: float) -> Tensor:
+        """The lerp weight of the first moment: 1−β₁, or 0 on a skipped step (fp32, 0-d)."""
+        return torch.where(self.ok, 1.0 - beta1, 0.0).to(torch.float32)
+
+    def second_decay(self, beta2: float) -> Tensor:
+        """The decay of the second moment: β₂, or 1 on a skipped step (fp32, 0-d)."""
+        return torch.where(self.ok, beta2, 1.0).to(torch.float32)
+
+    def update_moments(self, exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+                       values: list[Tensor], beta1: float, beta2: float) -> None:
+        """m ← lerp(m, x', w) and v ← v·b + (1−β₂)x'² for every tensor, in place (foreach)."""
+        self.update_gated(exp_avgs, exp_avg_sqs, [self.values(x) for x in values], beta1, beta2)
+
+    def update_gated(self, exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+                     gated: list[Tensor], beta1: float, beta2: float) -> None:
+        """`update_moments` on values already gated (x', e.g. views of one gated stack)."""
+        weight = self.first_weight(beta1)
+        torch._foreach_lerp_(exp_avgs, gated, [weight] * len(gated))
+        torch._foreach_mul_(exp_avg_sqs, self.second_decay(beta2))
+        torch._foreach_addcmul_(exp_avg_sqs, gated, gated, value=1 - beta2)

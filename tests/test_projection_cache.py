@@ -1,0 +1,46 @@
+"""Which projections LoGRA keeps between steps (`cache_projections`: True, False, None)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from logra.optim import LoGRA
+
+
+def step_twice(device: str, cache: bool | None, refresh_every: int | None = None) -> LoGRA:
+    """Two steps of a 64×48 and a 32×48 matrix on `device` (the meta device stands in for an
+    accelerator: the control off, nothing is read on the host)."""
+    params = [nn.Parameter(torch.randn(64, 48, device=device)),
+              nn.Parameter(torch.randn(32, 48, device=device))]
+    opt = LoGRA(params, rank=4, predicted_kl_threshold=None, cache_projections=cache,
+                refresh_every=refresh_every)
+    for _ in range(2):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt.step()
+    return opt
+
+
+@pytest.mark.parametrize(("device", "cache", "kept"), [
+    ("cpu", None, 0), ("meta", None, 3), ("cpu", True, 3), ("meta", False, 0),
+])
+def test_the_default_caches_on_an_accelerator_only(device: str, cache: bool | None,
+                                                   kept: int) -> None:
+    # P of 64 rows, P of 32 rows, and the Q of 48 columns they share
+    opt = step_twice(device, cache)
+    assert len(opt._projection_cache) == kept
+    assert all(key[-1] == device for key in opt._projection_cache)
+
+
+def test_a_refresh_epoch_replaces_the_cached_projections() -> None:
+    opt = step_twice("cpu", True, refresh_every=1)
+    assert sorted(key[4] for key in opt._projection_cache) == [1, 1, 1]  # epoch 1 only
+
+
+def test_cached_and_regenerated_projections_are_the_same() -> None:
+    kept = step_twice("cpu", True)
+    fresh = LoGRA([nn.Parameter(torch.zeros(2, 2))])
+    for key, projection in kept._projection_cache.items():
+        assert torch.equal(projection, fresh._projection(*key))
