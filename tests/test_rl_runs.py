@@ -56,6 +56,24 @@ def assert_same_records(a: pd.DataFrame, b: pd.DataFrame) -> None:
                                   check_exact=False, rtol=0, atol=1e-6)
 
 
+def interrupted_and_resumed(config: dict, monkeypatch, crash_step: int) -> pd.DataFrame:
+    """The records of `config` run as "<run_name>-interrupted", stopped in step `crash_step`
+    (after the last checkpoint before it), then rerun to the end."""
+    interrupted = {**config, "run_name": f"{config['run_name']}-interrupted"}
+    step = runner.Trainer.step
+
+    def crash(self, t):
+        if t == crash_step:
+            raise KeyboardInterrupt
+        return step(self, t)
+
+    monkeypatch.setattr(runner.Trainer, "step", crash)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_grpo(interrupted, progress=False)
+    monkeypatch.setattr(runner.Trainer, "step", step)
+    return runner.run_grpo(interrupted, progress=False)
+
+
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_every_optimizer_completes_a_smoke_run_and_resumes_exactly(
     optimizer, smoke_dirs, tmp_path, monkeypatch
@@ -89,20 +107,8 @@ def test_every_optimizer_completes_a_smoke_run_and_resumes_exactly(
     assert (directory / "checkpoint" / "state.pt").exists()
 
     # interrupted in step 3 (checkpoint at step 2), then rerun: the same records
-    interrupted = {**config, "run_name": "interrupted"}
-    step = runner.Trainer.step
-
-    def crash_at_3(self, t):
-        if t == 3:
-            raise KeyboardInterrupt
-        return step(self, t)
-
-    monkeypatch.setattr(runner.Trainer, "step", crash_at_3)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_grpo(interrupted, progress=False)
-    monkeypatch.setattr(runner.Trainer, "step", step)
-    resumed = runner.run_grpo(interrupted, progress=False)
-    assert_same_records(resumed, records)
+    assert_same_records(interrupted_and_resumed(config, monkeypatch, crash_step=3), records)
+    interrupted = {**config, "run_name": f"{config['run_name']}-interrupted"}
     manifest = json.loads((cfg.run_dir(interrupted) / "manifest.json").read_text())
     assert manifest["resumed_from"] == [0, 2]
 
@@ -217,19 +223,7 @@ def test_drift_budget_and_adaptive_beta_steer_the_run_and_resume(
     assert (train["applied_kl"] <= train["threshold"] * (1 + 1e-6) + 1e-15).all()
     assert train["beta"].iloc[0] == 0.1 and train["beta"].nunique() == len(train)
 
-    step = runner.Trainer.step
-
-    def crash_at_3(self, t):
-        if t == 3:
-            raise KeyboardInterrupt
-        return step(self, t)
-
-    interrupted = {**config, "run_name": "steered-interrupted"}
-    monkeypatch.setattr(runner.Trainer, "step", crash_at_3)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_grpo(interrupted, progress=False)
-    monkeypatch.setattr(runner.Trainer, "step", step)
-    assert_same_records(runner.run_grpo(interrupted, progress=False), records)
+    assert_same_records(interrupted_and_resumed(config, monkeypatch, crash_step=3), records)
     with pytest.raises(ConfigError, match="kl_drift_budget"):
         smoke_config(smoke_dirs, tmp_path, optimizer="adamw", kl_drift_budget=0.1)
     with pytest.raises(ConfigError, match="kl_target"):
@@ -278,19 +272,7 @@ def test_a_probe_fed_drift_budget_steers_on_the_probe_plus_the_applied_steps(
     assert (records["applied_kl"].iloc[1:] > 0).sum() >= 3  # it moved, within the budget
     assert (records["threshold"].iloc[2:] < budget).all()
 
-    step = runner.Trainer.step
-
-    def crash_at_4(self, t):
-        if t == 4:
-            raise KeyboardInterrupt
-        return step(self, t)
-
-    interrupted = {**config, "run_name": "probe-fed-interrupted"}
-    monkeypatch.setattr(runner.Trainer, "step", crash_at_4)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_grpo(interrupted, progress=False)
-    monkeypatch.setattr(runner.Trainer, "step", step)
-    assert_same_records(runner.run_grpo(interrupted, progress=False), records)
+    assert_same_records(interrupted_and_resumed(config, monkeypatch, crash_step=4), records)
     with pytest.raises(ConfigError, match="kl_drift_source"):
         smoke_config(smoke_dirs, tmp_path, optimizer="logra", kl_drift_budget=0.1,
                      kl_drift_source="probe")  # no probe
