@@ -89,7 +89,8 @@ report.show_table(kc.stress_table(frame, cfg), "kl_control_stress", figures_dir)
 # last few). A batch's KL is B fresh completions, so it spreads from batch to batch even while
 # the policy stands still; whether the budget holds is judged on the **drift probe**: the KL to
 # the reference on the same held-out completions' seeds every few steps (the dots), whose
-# changes are the policy's, not the draw's.
+# changes are the policy's, not the draw's. "B on the probe" feeds the controller the probe
+# itself, plus the KL each step since applied (`kl_drift_source: probe`).
 
 # %%
 report.show_figure(kc.plot_budget(frame, cfg), "kl_control_budget", figures_dir)
