@@ -119,3 +119,23 @@ def test_a_zero_column_keeps_the_limiter_finite() -> None:
             W.grad[:, 3] = 0.0
         opt.step()
         assert math.isfinite(opt.state[W]["residual_norm"]) and opt.state[W]["residual_norm"] > 0
+
+
+@pytest.mark.parametrize("delta", [None, 1e-3])
+def test_a_skipped_step_leaves_the_subspace_limiter_s_memory(delta) -> None:
+    """A NaN in one matrix's gradient skips the step for all: the other matrix's remembered
+    residual norm must not move either, with the control off or on."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(40, 24, generator=g)) for _ in range(2)]
+    opt = LoGRA(params, lr=1e-2, rank=4, reconstruction="subspace",
+                predicted_kl_threshold=delta, kl_estimator="diag", kl_calibration=1.0)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g)
+    opt.step()
+    remembered = opt.state[params[0]]["residual_norm"]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g) * 3.0  # would grow the norm and move it
+    params[1].grad[0, 0] = math.nan
+    opt.step()
+    assert bool(opt.last_step["skipped"])
+    assert opt.state[params[0]]["residual_norm"] == remembered

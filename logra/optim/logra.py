@@ -831,22 +831,27 @@ class LoGRA(Optimizer):
             scale = sk.column_scale(u_L, torch.maximum(sk.norms(L, 0), sk.norms(m_hat, 0)))
             return BlendUpdate(left_gap=m_hat - L, col_scale=scale, **moves)
         scale = sk.column_scale(u_L, sk.norms(L, 0))
-        scale *= self._limit_residual(slot, state, L, scale)
+        scale *= self._limit_residual(slot, state, L, scale, gate)
         return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
 
-    def _limit_residual(self, slot: _Slot, state: dict, L: Tensor, scale: Tensor) -> float:
+    def _limit_residual(
+        self, slot: _Slot, state: dict, L: Tensor, scale: Tensor, gate: StepGate
+    ) -> float:
         """Fira's norm-growth limiter ζ of the "subspace" rule's scaled residual S = (G − P L)φ:
         ζ = min(1, γ ‖S_prev‖ / ‖S‖); ‖ζS‖ is remembered (a float) for the next step.
 
         ‖S‖² = Σ_j φ_j² (‖G[:,j]‖² − ‖L[:,j]‖²), P Pᵀ being an orthogonal projection: one pass
-        over G for its column norms. A non-finite norm (an overflowing gradient) leaves the
-        limiter's memory as it was and the step unlimited; such a step is skipped anyway.
+        over G for its column norms, read with the step's finiteness flag in one host read. A
+        skipped step (a non-finite gradient anywhere) or a non-finite norm leaves the limiter's
+        memory as it was and the step unlimited.
         """
         grad = as_matrix(slot.grad)
         columns = torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square_()
         columns = reducer(slot.shard)(columns)
-        norm = math.sqrt(float((columns - L.square().sum(dim=0)).clamp_min_(0) @ scale.square()))
-        if not math.isfinite(norm):
+        squared = (columns - L.square().sum(dim=0)).clamp_min_(0) @ scale.square()
+        squared, ok = torch.stack([squared, gate.ok.to(squared.dtype)]).tolist()
+        norm = math.sqrt(squared) if squared >= 0 else math.nan
+        if not ok or not math.isfinite(norm):
             return 1.0
         previous = state.get("residual_norm", 0.0)
         limit = 1.0
