@@ -67,7 +67,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     try:
         notebooks.reproduce(args.scale, only=args.only, figures_dir=args.figures_dir,
                             results_dir=args.results_dir, rewrite_readme=args.rewrite_readme)
-    except notebooks.NotebookFailed as err:
+    except (notebooks.NotebookFailed, ValueError) as err:  # a notebook, a config, a build
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ModuleNotFoundError as err:
+        if err.name is None or err.name.split(".")[0] == "logra":
+            raise  # the kit's own import is broken: not a missing extra
         print(f"error: {err}; this command needs the reproduction extras: {EXTRAS_HINT}",
               file=sys.stderr)
         return 1

@@ -184,7 +184,8 @@ def reproduce(scale: str, only: list[str] | None = None,
             results / scale / "notebooks")
     readme = project_root() / "README.md"
     if rewrite_readme is None:
-        rewrite_readme = scale == FIGURES_SCALE and readme.is_file()
+        # only a checkout's README has the claims block; an installed wheel's cwd may hold any
+        rewrite_readme = scale == FIGURES_SCALE and config.checkout_root() is not None
     given = {"scale": scale, "figures_dir": str(figures),
              "readme": str(readme) if rewrite_readme else "", "rewrite_readme": rewrite_readme}
     if results_dir is not None:

@@ -183,21 +183,27 @@ def measure_case(case: str, cfg: dict[str, Any]) -> pd.DataFrame:
     generator = torch.Generator().manual_seed(1)
     grad_values = [(torch.randn(p.shape, generator=generator) * 1e-3).to(device, dtype)
                    for p in template.parameters()]
+    cuda = device.type == "cuda"
     first_step: dict[str, float] = {}
-    for name, build in builders:
+    allocated: dict[str, int] = {}
+    for name, build in builders:  # each optimizer's own bytes: the device's growth as it builds
+        base = torch.cuda.memory_allocated(device) if cuda else 0
         model = build_case(case, cfg["device"], cfg["dtype"])
         optimizers[name] = build(model)
         models[name] = model
         first_step[name] = _timed_step(model, optimizers[name], grad_values)
+        allocated[name] = torch.cuda.memory_allocated(device) - base if cuda else 0
     times: dict[str, list[float]] = {name: [] for name, _ in builders}
     peaks: dict[str, int] = dict.fromkeys(times, 0)
-    allocated: dict[str, int] = dict.fromkeys(times, 0)
     for round_ in range(cfg["warmup_rounds"] + cfg["rounds"]):
         for name, _ in builders:
-            if device.type == "cuda":
-                allocated[name], peak = _step_memory(models[name], optimizers[name], grad_values)
-                peaks[name] = max(peaks[name], peak)
-            elapsed = _timed_step(models[name], optimizers[name], grad_values)
+            _set_grads(models[name], grad_values)
+            if cuda:  # the timed step's own peak above what was allocated before it
+                torch.cuda.reset_peak_memory_stats(device)
+                before = torch.cuda.memory_allocated(device)
+            elapsed = timed(optimizers[name].step, device)
+            if cuda:
+                peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated(device) - before)
             if round_ >= cfg["warmup_rounds"]:
                 times[name].append(elapsed)
     numel = sum(p.numel() for p in template.parameters())
@@ -288,18 +294,6 @@ def _set_grads(model: nn.Module, grads: list[torch.Tensor]) -> None:
 def _timed_step(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]) -> float:
     _set_grads(model, grads)
     return timed(optimizer.step, next(model.parameters()).device)
-
-
-def _step_memory(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]
-                 ) -> tuple[int, int]:
-    """(bytes allocated before a step, the step's peak above that), on CUDA."""
-    _set_grads(model, grads)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    optimizer.step()
-    torch.cuda.synchronize()
-    return before, torch.cuda.max_memory_allocated() - before
 
 
 def run(cfg: dict[str, Any]) -> pd.DataFrame:
