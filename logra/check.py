@@ -37,8 +37,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-FIGURES_DIR = REPO / "figures"
+from logra.experiments.config import FIGURES_SCALE, figures_dir, project_root
+
+REPO = project_root()
+FIGURES_DIR = figures_dir(FIGURES_SCALE)  # where `logra-repro reproduce` writes the committed ones
 TOLERANCES = FIGURES_DIR / "tolerances.yaml"
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 

@@ -21,10 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from logra.experiments import comparison, report
-from logra.models.build import MODELS_DIR, prepare_spec
+from logra.experiments.config import results_root
+from logra.models.build import prepare_spec
 from logra.models.ladder import get_scale
 
-RESULTS_DIR = MODELS_DIR.parent
+RESULTS_DIR = results_root()
 
 
 def row(seed: int, scale: str = "proxy-1m", experiment_scale: str = "default",

@@ -14,11 +14,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 
 from logra import notebooks
 from logra.experiments.config import packaged_experiments
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 CONDA_NAMES = {"torch": "pytorch"}  # PyPI name -> conda-forge name where they differ

@@ -14,13 +14,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import tomllib
 
 from logra import check
 from logra.models import SCALES, build, prepare
 from logra.models.determinism import pinned_environment
 from logra.models.rebuild import RebuildTolerance, compare_builds
 from logra.models.rebuild import main as rebuild_main
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = build.SHIPPED_DIR / "proxy-1m"

@@ -14,7 +14,8 @@ Cases (`cases` in experiments/optimizer_cost.yaml):
                   (timing does not depend on the weights)
 
 Optimizers: LoGRA at each rank of `logra_ranks` (defaults otherwise: gain reconstruction,
-δ = 0.02 with the diagonal estimate, projections cached), AdamW foreach and fused (both
+δ = 0.02 with the diagonal estimate, projections kept as LoGRA's default keeps them: cached on
+an accelerator, regenerated on the CPU), AdamW foreach and fused (both
 baselines of every table), torch.optim.Adafactor, the naive random projection, and GaLore /
 APOLLO where their packages are installed (rank `baseline_rank`; built by `logra.optimizers`,
 as in the RL runs). GaLore recomputes an SVD every `update_proj_gap` steps; its time is
@@ -262,7 +263,7 @@ def projection_cost(case: str, rank: int, cfg: dict[str, Any], repeats: int = 5)
 
     def regenerate() -> None:
         for seed, side, dim, cols, epoch, _ in keys:
-            sk.orthonormal_projection(dim, cols, sk.seed_for(seed, (dim << 20) | cols, epoch, side),
+            sk.orthonormal_projection(dim, cols, sk.projection_seed(seed, side, dim, cols, epoch),
                                       device)
 
     seconds = statistics.median(timed(regenerate, device) for _ in range(repeats))

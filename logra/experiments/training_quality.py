@@ -317,6 +317,11 @@ def _interval(differences: np.ndarray) -> tuple[float, float]:
     return float(differences.mean()), t * float(differences.std(ddof=1)) / math.sqrt(n)
 
 
+def _delta_text(mean: float, half: float) -> str:
+    """A paired difference and its 95 % half-width ("+0.0123 ± 0.0045"; no ± with one seed)."""
+    return f"{mean:+.4f}" if math.isnan(half) else f"{mean:+.4f} ± {half:.4f}"
+
+
 def _verdict(mean: float, half: float, reference: str = "AdamW") -> str:
     if math.isnan(half):
         return "one seed: no test"
@@ -345,7 +350,7 @@ def rules_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
             continue
         ratio, mean, half = _paired(final, method, cfg["headline"])
         rows.append({"rule": label(cfg, method), f"loss / {base}": ratio,
-                     f"Δ vs {base} (95 % CI)": f"{mean:+.4f} ± {half:.4f}",
+                     f"Δ vs {base} (95 % CI)": _delta_text(mean, half),
                      "verdict": _verdict(mean, half, base)})
     return pd.DataFrame(rows)
 
@@ -369,8 +374,7 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
             "± sd": mine["test_loss"].std(ddof=1) if len(mine) > 1 else math.nan,
             "seeds": len(mine),
             "loss / AdamW": ratio,
-            "Δ vs AdamW (95 % CI)": (f"{mean_diff:+.4f} ± {half:.4f}" if not math.isnan(half)
-                                     else f"{mean_diff:+.4f}"),
+            "Δ vs AdamW (95 % CI)": _delta_text(mean_diff, half),
             "verdict": "reference" if method == REFERENCE else _verdict(mean_diff, half),
             "state MB": mine["state_bytes"].mean() / 1e6,
             "state / AdamW": mine["state_bytes"].mean() / reference["state_bytes"].mean(),

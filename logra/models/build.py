@@ -99,9 +99,9 @@ def prepare(
     `threads`: torch CPU threads of the warm-up (default: the scale's); how fast, not what, so
     it is outside the build hash (more threads may change the weights at round-off).
     """
-    _check_threads(threads)
     spec = get_scale(scale)
     if not spec.is_proxy:
+        _check_threads(threads)
         return spec.hub_id
     return prepare_spec(spec, root, force, data_dir, progress, threads)
 

@@ -669,7 +669,7 @@ class LoGRA(Optimizer):
         projection = self._projection_cache.get(key)
         if projection is None:
             projection = sk.orthonormal_projection(
-                dim, cols, _projection_seed(seed, side, dim, cols, epoch), device)
+                dim, cols, sk.projection_seed(seed, side, dim, cols, epoch), device)
             for stale in [k for k in self._projection_cache if k[:4] == key[:4]]:
                 del self._projection_cache[stale]  # an earlier refresh epoch's projection
             self._projection_cache[key] = projection
@@ -866,7 +866,7 @@ class LoGRA(Optimizer):
         group, m = slot.group, slot.param.shape[0]
         k = group["rank"] + group["oversample"]
         P_old = sk.orthonormal_projection(
-            m, k, _projection_seed(group["seed"], 0, m, k, state["epoch"]), slot.param.device)
+            m, k, sk.projection_seed(group["seed"], 0, m, k, state["epoch"]), slot.param.device)
         if slot.shard is not None:
             P_old = P_old[slot.shard.slice]
         reduce = reducer(slot.shard)
@@ -1025,11 +1025,6 @@ def adam_direction(
     bias1, bias2 = 1 - beta1**step, 1 - beta2**step
     denom = (exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(eps)
     return exp_avg.div(denom).mul_(1 / bias1)
-
-
-def _projection_seed(seed: int, side: int, dim: int, cols: int, epoch: int) -> int:
-    """Seed of the projection with `cols` orthonormal columns in dimension `dim` (side 0: P)."""
-    return sk.seed_for(seed, (dim << 20) | cols, epoch, side)
 
 
 def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> Tensor:

@@ -50,6 +50,12 @@ def seed_for(seed: int, key: int, epoch: int, side: int) -> int:
     return h
 
 
+def projection_seed(seed: int, side: int, dim: int, cols: int, epoch: int) -> int:
+    """Seed of LoGRA's projection with `cols` orthonormal columns in dimension `dim` at refresh
+    `epoch` (side 0: P, 1: Q): keyed by shape, so equal shapes share their projections."""
+    return seed_for(seed, (dim << 20) | cols, epoch, side)
+
+
 def orthonormal_projection(
     rows: int, cols: int, seed: int, device: torch.device | str = "cpu"
 ) -> Tensor:
