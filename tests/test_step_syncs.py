@@ -117,3 +117,26 @@ def test_a_skipped_step_with_the_control_off_changes_nothing_and_is_counted() ->
         assert torch.equal(before, list(opt.state.values())[i][k]), k
     reads_per_step(opt, model, ids, steps=1)  # the next sane step proceeds
     assert not bool(opt.last_step["skipped"]) and opt.skipped_steps == 1
+
+
+def test_skips_counted_on_the_device_ride_along_with_the_control_s_one_read() -> None:
+    """Steps without control count their skips on the device; once a schedule turns the control
+    on, that count is read with the flag and the prediction (one read per step, not two) and
+    stays exact."""
+    model = policy()
+    ids = torch.randint(0, 40, (4, 12), generator=torch.Generator().manual_seed(1))
+    opt = build(model, predicted_kl_threshold=None, kl_estimator="diag")
+    reads_per_step(opt, model, ids, steps=1)
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.roll(1).flatten()).backward()
+    model[3].weight.grad[0, 0] = math.nan
+    opt.step()  # skipped, counted on the device
+    for group in opt.param_groups:
+        group["predicted_kl_threshold"] = 1e-3
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.roll(1).flatten()).backward()
+    with host_reads([s["step"] for s in opt.state.values()]) as reads:
+        opt.step()  # the first controlled step reads the pending count too
+    assert len(reads) == 1
+    assert opt.skipped_steps == 1 and opt.last_step["skipped_steps"] == 1
+    assert reads_per_step(opt, model, ids, steps=2) == [1, 1]

@@ -314,7 +314,7 @@ class LoGRA(Optimizer):
         )
         self.kl_fit = kl_fit
         self._reference_kls: list[float] = []  # the last KL(π_θ ‖ π_ref) the trainer reported
-        self._kl_steps = 0  # steps taken (not skipped): the probe schedule
+        self._kl_steps = 0  # the probe schedule: steps taken (with the control off, skipped too)
         self._warned_uncalibrated = False
         self.cache_projections = cache_projections
         self.refresh_every = refresh_every
@@ -434,8 +434,8 @@ class LoGRA(Optimizer):
         after a skipped step, with the control off, or for a non-positive KL).
         """
         last = self.last_step
-        if not last or last["skipped"] or not math.isfinite(last.get("diag_kl", math.nan)):
-            return False
+        if not last or not math.isfinite(last.get("diag_kl", math.nan)) or last["skipped"]:
+            return False  # diag_kl first: a control-off step's `skipped` is a device tensor
         return self.kl_fit.observe(last["gamma"] ** 2 * last["diag_kl"], float(kl))
 
     def _probe_due(self, mesh_group: dist.ProcessGroup | None) -> bool:
@@ -508,8 +508,7 @@ class LoGRA(Optimizer):
         gate = StepGate(_finite(checked, mesh_group))
         updates = [self._update_unit(unit, sketch, gate)
                    for unit, sketch in zip(units, sketches, strict=True)]
-        if self.cache_projections is not True:
-            self._drop_projections()
+        self._drop_projections()
         if not control:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
                 update.apply(1.0, gate.skip)
@@ -523,8 +522,12 @@ class LoGRA(Optimizer):
                 kl_probed=False, kl_scale=self.kl_fit.scale, threshold=math.nan)
             return loss
 
-        # the control's one synchronization: the finiteness flag and the prediction(s) together
+        # the control's one synchronization: the finiteness flag, the skips counted on the device
+        # by earlier steps without control, and the prediction(s), together
         scalars = [gate.ok.to(torch.float32)]
+        pending = self._skipped_on_device
+        if pending is not None:
+            scalars.append(pending.to(gate.ok.device, torch.float32))
         if self.kl_estimator != "jvp":
             scalars.append(0.5 * _predicted_fisher(units, updates, mesh_group))
         if probe:
@@ -532,6 +535,9 @@ class LoGRA(Optimizer):
                 update.store_delta()
             scalars.append(self._jvp_kl(slots, *kl_inputs).to(gate.ok.device))
         finite, *values = torch.stack(scalars).tolist()
+        if pending is not None:
+            self._skipped_on_host += int(values.pop(0))
+            self._skipped_on_device = None
         if not finite:  # a NaN or ∞ in the gradients: the gated moments did not change
             for slot in slots:
                 self.state[slot.param]["step"] -= 1
@@ -676,8 +682,10 @@ class LoGRA(Optimizer):
         return projection
 
     def _drop_projections(self) -> None:
-        """End of a step: forget the projections `cache_projections` does not keep (every one
-        when False; when None, those on the CPU)."""
+        """End of a step: forget the projections `cache_projections` does not keep (none when
+        True, every one when False; when None, those on the CPU)."""
+        if self.cache_projections is True:
+            return
         for key in [k for k in self._projection_cache
                     if self.cache_projections is False or k[-1] == "cpu"]:
             del self._projection_cache[key]
