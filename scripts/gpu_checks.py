@@ -84,19 +84,27 @@ def projections(args: argparse.Namespace) -> pd.DataFrame:
     return pd.DataFrame([oc.projection_cost(case, 16, cfg) for case in cases])
 
 
+EXPECTED_SYNCS = {"none": 0, "diag": 1}  # LoGRA.step's promise: none without the control, one with
+
+
 def syncs(args: argparse.Namespace) -> pd.DataFrame:
-    """Synchronizing CUDA calls per LoGRA step (after a first step), control off and on."""
+    """Synchronizing CUDA calls per LoGRA step (after a first step), control off and on; fails
+    when a step makes more than `EXPECTED_SYNCS` (the CPU tests cannot see syncs inside kernels)."""
     case = "smoke" if args.tiny else "proxy-16m"
     rows = []
-    for estimator in ("none", "diag"):
+    for estimator, expected in EXPECTED_SYNCS.items():
         model = oc.build_case(case, args.device, "bfloat16")
         optimizer = oc.logra_with_control(model, 1e-4, 16, estimator, [])
         for p in model.parameters():
             p.grad = torch.randn_like(p) * 1e-3
         optimizer.step()
-        rows.append(dict(case=case, control=estimator,
+        rows.append(dict(case=case, control=estimator, expected=expected,
                          synchronizing_calls=_synchronizing_calls(optimizer.step, args.device)))
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    over = frame[frame["synchronizing_calls"] > frame["expected"]]  # NaN off CUDA: never
+    if len(over):
+        raise RuntimeError(f"LoGRA's step synchronized more than it promises:\n{over}")
+    return frame
 
 
 def _synchronizing_calls(fn: Callable[[], object], device: str) -> float:

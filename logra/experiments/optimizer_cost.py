@@ -57,11 +57,12 @@ from logra.memory import state_bytes as predicted_state_bytes
 from logra.memory.state import as_dtype
 from logra.optim import LoGRA, RandomProjectionAdam
 from logra.optim import sketch as sk
+from logra.optim.hyperparameters import KL_ESTIMATORS
 from logra.optimizers import PROJECTION_GAP, REGISTRY, build_optimizer, state_bytes
 
 BASELINE = "adamw"
 FUSED = "adamw-fused"
-CONTROL_ESTIMATORS = ("none", "diag", "calibrated", "jvp")  # "none": the KL control off
+CONTROL_ESTIMATORS = ("none", *KL_ESTIMATORS)  # "none": the KL control off
 
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:

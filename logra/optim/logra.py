@@ -59,8 +59,9 @@ outside `optimizer.state`); False regenerates them every step and keeps nothing 
 parameters on an accelerator and regenerates those of CPU parameters: measured on one CPU thread
 (`optimizer_cost.projection_cost`, r = 16), regenerating costs 0.2 ms a step on proxy-1m,
 0.6 ms on proxy-16m, 3.7 ms on a Qwen2.5-1.5B layer (1–3 % of the step) for a cache of 0.09,
-0.33 and 1.4 MB; on a GPU, where the step itself takes about a millisecond, the same CPU QRs and
-their blocking host-to-device copies would dominate it.
+0.33 and 1.4 MB. On a GPU, where a step takes about a millisecond, the same CPU QRs and their
+blocking host-to-device copies are expected to dominate it; not measured yet
+(`python scripts/gpu_checks.py --only projections` on a GPU measures it).
 Δ itself is never stored: it is recomputed a block of rows at a time
 for the KL estimate and for the update (`logra.optim.updates`), so the step's peak memory is
 parameters + gradients + state + cache-sized blocks. The one exception is a step the JVP probes
