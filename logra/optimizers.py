@@ -25,7 +25,9 @@ here (plus the formula in `logra.memory.state` if its bytes are to be counted fr
     logra        LoGRA (logra.optim) with `rank`, `reconstruction`, `kl_estimator`,
                  `predicted_kl_threshold` (None turns the KL control off), `kl_drift_budget` and
                  `kl_drift_window`; `dense_embeddings` gives the input embedding and the output
-                 head dense AdamW, as GaLore's and APOLLO's recipes do
+                 head dense AdamW, as GaLore's and APOLLO's recipes do; `refresh_projections`
+                 draws new sketch projections every `projection_gap` steps, as they do (off:
+                 one projection per shape for the whole run)
     adamw-kl     dense AdamW with LoGRA's predicted-KL step control: LoGRA with `sketch=False`
 
 Settings read: `lr`, `weight_decay`, `seed`, `rank`, and for some entries `reconstruction`,
@@ -59,7 +61,7 @@ FIRA_ALPHA = 0.25  # Fira's recipe at 60M-350M (xichen-fy/Fira, pre_training_c4/
 DEFAULT_SETTINGS: dict[str, Any] = dict(
     weight_decay=0.0, seed=0, rank=16, reconstruction="gain", kl_estimator="calibrated",
     predicted_kl_threshold=None, kl_drift_budget=None, kl_drift_window=5, dense_embeddings=False,
-    projection_gap=PROJECTION_GAP, lora_rank=16,
+    refresh_projections=False, projection_gap=PROJECTION_GAP, lora_rank=16,
     lora_alpha=32,
     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 )
@@ -130,6 +132,7 @@ def _logra(model: nn.Module, s: Mapping[str, Any], sketch: bool = True) -> Optim
         predicted_kl_threshold=s["predicted_kl_threshold"], reconstruction=s["reconstruction"],
         kl_estimator=s["kl_estimator"], kl_drift_budget=s["kl_drift_budget"],
         kl_drift_window=s["kl_drift_window"], seed=s["seed"], sketch=sketch,
+        refresh_every=s["projection_gap"] if s["refresh_projections"] else None,
     )
 
 

@@ -27,12 +27,13 @@
 #
 # Every optimizer comes from `logra.optimizers` (its own package where one exists): dense AdamW,
 # 8-bit AdamW, Adafactor, Adam-mini, GaLore, APOLLO, APOLLO-Mini, Fira, LoRA (`peft`), the naive
-# projection and every LoGRA rule: `gain` (the default), the report's literal `nystrom`, and two
+# projection and every LoGRA rule: `gain` (the default), the report's literal `nystrom`, two
 # rules that put the momentum's direction back from the same sketch state, `blend` and
-# `subspace` (`logra/optim/updates.py`). Same model, data order, token budget and schedule for
-# all; each its own learning-rate sweep (extended past any edge optimum); the chosen rate over
-# seeds, paired against AdamW by seed. LoGRA's KL control is off (there is no reference policy).
-# All logic lives in `logra.experiments.training_quality`.
+# `subspace`, and APOLLO's one-sided `channel` scaling (`logra/optim/updates.py`). Same model,
+# data order, token budget and schedule for all; each its own learning-rate sweep (extended past
+# any edge optimum); the chosen rate over seeds, paired against AdamW by seed. LoGRA's KL
+# control is off (there is no reference policy). All logic lives in
+# `logra.experiments.training_quality`.
 
 # %%
 # %matplotlib inline
@@ -72,7 +73,9 @@ for task in tasks:
 # %%
 for cfg, frame in results.values():
     report.show_table(tq.summary(frame, cfg).round(4), tq.output_name(cfg), figures_dir)
-    print(tq.goal(frame, cfg))
+    for method in ("logra-gain", "logra-channel-apollo"):
+        if method in cfg["rank_methods"]:
+            print(tq.goal(frame, cfg, method))
 
 # %% [markdown]
 # LoGRA's rules against its default (`gain`), paired by seed: does carrying momentum help?
@@ -81,6 +84,18 @@ for cfg, frame in results.values():
 for cfg, frame in results.values():
     report.show_table(tq.rules_table(frame, cfg).round(4), tq.output_name(cfg, "rules"),
                       figures_dir)
+
+# %% [markdown]
+# Why LoGRA trails APOLLO at equal memory: APOLLO's recipe added to LoGRA's sketch state a piece
+# at a time, each paired by seed against APOLLO. The pieces: dense AdamW on the embeddings and
+# the head (GaLore's and APOLLO's recipes skip them), projections refreshed as often as APOLLO's,
+# and APOLLO's one-sided channel scaling with Fira's norm-growth limiter (the `channel` rule).
+
+# %%
+for cfg, frame in results.values():
+    table = tq.recipe_table(frame, cfg)
+    if len(table):
+        report.show_table(table.round(4), tq.output_name(cfg, "recipe"), figures_dir)
 
 # %% [markdown]
 # ## 2 · Loss against optimizer memory, and the curves

@@ -25,7 +25,7 @@ from logra.experiments import report
 from logra.experiments.jobs import run_jobs
 from logra.experiments.kl_trajectories import grpo_job, prepare_inputs
 
-RULES = ("gain", "nystrom", "blend", "subspace")
+RULES = ("gain", "nystrom", "blend", "subspace", "channel")
 LAST = 10  # steps averaged for the final KL and reward
 
 

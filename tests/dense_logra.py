@@ -8,7 +8,7 @@ literally. For W (m×n), projections P (m×k) and Q (n×r), and a stream of grad
     ρ_i = (n/r) Σ_k v̂_R[i,k],  κ_j = (m/k) Σ_k v̂_L[k,j],  V̂ = ρ κᵀ / Σρ
     Δ = −lr (U + λ W),  W ← W + Δ
 
-with U one of the four rules (`direction`).
+with U one of the five rules (`direction`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ NORM_GROWTH_LIMIT = 1.01  # Fira's γ, as the module docstring states
 
 @dataclass
 class DenseLoGRA:
-    """The sketch moments of one matrix and the rule's memory (subspace: the residual norm)."""
+    """The sketch moments of one matrix and the rule's memory (subspace, channel: the limited
+    norm)."""
 
     P: Tensor  # m×k
     Q: Tensor  # n×r
@@ -35,7 +36,7 @@ class DenseLoGRA:
     t: int = 0
     moments: dict[str, Tensor] = field(default_factory=dict)
     residual_norm: float = 0.0
-    limited: int = 0  # steps on which the subspace limiter shrank the residual
+    limited: int = 0  # steps on which the limiter shrank the scaled direction
 
     def __post_init__(self) -> None:
         self.P, self.Q = self.P.double(), self.Q.double()
@@ -90,15 +91,24 @@ class DenseLoGRA:
             return (G + P @ (hat["m_L"] - L)) * phi[None, :]
         if self.reconstruction == "subspace":
             phi = u_L.norm(dim=0) / L.norm(dim=0)
-            residual = (G - P @ L) * phi[None, :]
-            norm = float(residual.norm())
-            zeta = 1.0
-            if self.residual_norm > 0 and norm > NORM_GROWTH_LIMIT * self.residual_norm:
-                zeta = NORM_GROWTH_LIMIT * self.residual_norm / norm
-                self.limited += 1
-            self.residual_norm = zeta * norm
-            return P @ u_L + zeta * residual
+            return P @ u_L + self.limit((G - P @ L) * phi[None, :])
+        if self.reconstruction == "channel":
+            if G.shape[0] >= G.shape[1]:  # rows are the channels
+                scaled = (u_R.norm(dim=1) / R.norm(dim=1))[:, None] * G
+            else:
+                scaled = G * (u_L.norm(dim=0) / L.norm(dim=0))[None, :]
+            return self.limit(scaled)
         raise ValueError(self.reconstruction)
+
+    def limit(self, scaled: Tensor) -> Tensor:
+        """Fira's norm-growth limiter: ζ·scaled with ζ = min(1, γ‖previous‖/‖scaled‖)."""
+        norm = float(scaled.norm())
+        zeta = 1.0
+        if self.residual_norm > 0 and norm > NORM_GROWTH_LIMIT * self.residual_norm:
+            zeta = NORM_GROWTH_LIMIT * self.residual_norm / norm
+            self.limited += 1
+        self.residual_norm = zeta * norm
+        return zeta * scaled
 
 
 def adamw_step(

@@ -44,8 +44,8 @@ def test_nystrom_fails_least_squares_where_gain_succeeds() -> None:
     assert nystrom > 0.05 * first and nystrom > 100 * gain
 
 
-@pytest.mark.parametrize("rule", ["blend", "subspace"])
-def test_momentum_rules_solve_least_squares(rule: str) -> None:
+@pytest.mark.parametrize("rule", ["blend", "subspace", "channel"])
+def test_other_full_rank_rules_solve_least_squares(rule: str) -> None:
     """Where the literal Nyström rule fails (tests/test_optim_training.py)."""
     first, last = least_squares(lambda p: LoGRA(p, lr=1e-2, reconstruction=rule))
     assert last < 0.05 * first
@@ -84,8 +84,8 @@ def test_classifier_about_as_well_as_adamw() -> None:
     assert logra >= adamw - 0.03
 
 
-@pytest.mark.parametrize("rule", ["blend", "subspace"])
-def test_momentum_rules_train_the_classifier_about_as_well_as_adamw(rule: str) -> None:
+@pytest.mark.parametrize("rule", ["blend", "subspace", "channel"])
+def test_other_full_rank_rules_train_the_classifier_about_as_well_as_adamw(rule: str) -> None:
     adamw = classifier_accuracy(lambda p: torch.optim.AdamW(p, lr=3e-3))
     ours = classifier_accuracy(lambda p: LoGRA(p, lr=3e-3, reconstruction=rule))
     assert ours >= adamw - 0.03

@@ -15,6 +15,7 @@ from torch import nn
 
 from logra import LoGRA
 from logra.optim import sketch as sk
+from logra.optim.hyperparameters import RECONSTRUCTIONS
 
 FAST = settings(max_examples=25, deadline=None, database=None,  # no .hypothesis/ left behind
                 derandomize=True)  # the same examples on every run: CI cannot flake
@@ -93,7 +94,7 @@ def step_settings(draw):
         shape = (*shape, draw(st.integers(1, 3)))
     options = dict(
         rank=draw(st.integers(1, 6)), oversample=draw(st.integers(0, 2)),
-        reconstruction=draw(st.sampled_from(("gain", "nystrom", "blend", "subspace"))),
+        reconstruction=draw(st.sampled_from(RECONSTRUCTIONS)),
         lr=draw(st.sampled_from((0.0, 1e-4, 1e-2, 1.0))),
         # β₂ = 0 is left out: with it v̂ forgets a gradient 10²⁰ times larger at once while m̂
         # remembers it, and u = m̂/(√v̂+ε) overflows fp32 (a known limit, not guarded)

@@ -17,6 +17,7 @@ from torch import nn
 
 from logra import LoGRA, RandomProjectionAdam
 from logra.optim import sketch as sk
+from logra.optim.hyperparameters import RECONSTRUCTIONS
 
 HYPER = dict(lr=2e-2, betas=(0.8, 0.95), eps=0.05, weight_decay=0.1)
 STEPS = 4
@@ -31,28 +32,30 @@ def gradient_stream(shapes: list[tuple[int, ...]], steps: int) -> list[list[torc
             for t in range(steps)]
 
 
-def left_projection(shape: tuple[int, int], rank: int, oversample: int) -> torch.Tensor:
-    """The P LoGRA sketches every matrix of this shape with (it depends on shape and seed)."""
+def projections(shape: tuple[int, int], rank: int, oversample: int) -> tuple[torch.Tensor, ...]:
+    """The P, Q LoGRA sketches every matrix of this shape with (they depend on shape and seed)."""
     probe = nn.Parameter(torch.zeros(shape))
     opt = LoGRA([probe], rank=rank, oversample=oversample, predicted_kl_threshold=None)
     probe.grad = torch.ones(shape)
     opt.step()
-    return opt.projections(probe)[0]
+    return opt.projections(probe)
 
 
-def run_logra(reconstruction: str, foreach: bool, **extra) -> tuple[list, list, LoGRA]:
+def run_logra(reconstruction: str, foreach: bool, shape: tuple[int, int] = SHAPE,
+              **extra) -> tuple[list, list, LoGRA]:
     """The weights before every step and after the last, the gradients, and the optimizer."""
     torch.manual_seed(1)
-    params = [nn.Parameter(torch.randn(SHAPE)), nn.Parameter(torch.randn(SHAPE)),
-              nn.Parameter(torch.randn(SHAPE[0]))]
+    params = [nn.Parameter(torch.randn(shape)), nn.Parameter(torch.randn(shape)),
+              nn.Parameter(torch.randn(shape[0]))]
     opt = LoGRA(params, rank=4, oversample=2, reconstruction=reconstruction, foreach=foreach,
                 predicted_kl_threshold=None, **HYPER, **extra)
     stream = gradient_stream([p.shape for p in params], STEPS)
-    # the first gradients lie almost inside span(P): the subspace rule's residual then grows
-    # from a small start, which its norm-growth limiter must cap
-    P = left_projection(SHAPE, 4, 2)
+    # the first gradients lie almost inside span(P) and span(Q): the limited norms (the subspace
+    # rule's residual, the channel rule's ‖G‖/‖sketch‖ ratios) then grow from a small start,
+    # which the norm-growth limiter must cap
+    P, Q = projections(shape, 4, 2)
     for i in range(2):
-        stream[0][i] = P @ (P.T @ stream[0][i]) + 1e-2 * stream[0][i]
+        stream[0][i] = P @ (P.T @ stream[0][i]) @ Q @ Q.T + 1e-2 * stream[0][i]
     history = [[p.detach().clone() for p in params]]
     for grads in stream:
         for p, g in zip(params, grads, strict=True):
@@ -63,15 +66,25 @@ def run_logra(reconstruction: str, foreach: bool, **extra) -> tuple[list, list, 
 
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["loop", "batched"])
-@pytest.mark.parametrize("reconstruction", ["gain", "nystrom", "blend", "subspace"])
+@pytest.mark.parametrize("reconstruction", RECONSTRUCTIONS)
 def test_every_step_is_the_dense_formula(reconstruction: str, foreach: bool) -> None:
-    history, stream, opt = run_logra(reconstruction, foreach)
+    check_against_the_dense_formula(reconstruction, foreach, SHAPE)
+
+
+def test_channel_rule_on_a_wide_matrix_scales_columns() -> None:
+    """m < n: the channels are the columns, scaled from the left sketch."""
+    check_against_the_dense_formula("channel", False, (SHAPE[1], SHAPE[0] + 8))
+
+
+def check_against_the_dense_formula(reconstruction: str, foreach: bool,
+                                    shape: tuple[int, int]) -> None:
+    history, stream, opt = run_logra(reconstruction, foreach, shape)
     matrices = opt.param_groups[0]["params"][:2]
     units = opt._units(opt._slots_with_grad())
     batched = any(u.sketched and u.batched for u in units)
     assert batched == (foreach and reconstruction in ("gain", "nystrom"))
     P, Q = opt.projections(matrices[0])
-    assert P.shape == (SHAPE[0], 6) and Q.shape == (SHAPE[1], 4)
+    assert P.shape == (shape[0], 6) and Q.shape == (shape[1], 4)
     references = [DenseLoGRA(P, Q, reconstruction, HYPER["betas"], HYPER["eps"])
                   for _ in matrices]
     adam_state: dict[str, torch.Tensor] = {}
@@ -86,7 +99,7 @@ def test_every_step_is_the_dense_formula(reconstruction: str, foreach: bool) -> 
                            HYPER["eps"], HYPER["weight_decay"])
         torch.testing.assert_close(after[2].double(), before[2].double() + delta, rtol=0,
                                    atol=ATOL, msg=f"bias, step {t}")
-    if reconstruction == "subspace":  # the stream grows the residual: the limiter acted
+    if reconstruction in ("subspace", "channel"):  # the stream grows the norm: limiter acted
         assert all(r.limited > 0 for r in references)
     for p, reference in zip(matrices, references, strict=True):
         state = opt.state[p]

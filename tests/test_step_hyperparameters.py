@@ -15,8 +15,7 @@ import torch
 from torch import nn
 
 from logra import LoGRA
-
-RECONSTRUCTIONS = ("gain", "nystrom", "blend", "subspace")
+from logra.optim.hyperparameters import RECONSTRUCTIONS
 
 
 def parameters(seed: int = 0) -> list[nn.Parameter]:

@@ -232,3 +232,52 @@ def test_sft_trains_on_no_held_out_question(tmp_path) -> None:
     assert len(data.rows["validation"]["prompt"]) == 2000
     assert not train & set(data.rows["validation"]["prompt"])
     assert not train & set(data.rows["test"]["prompt"])
+
+
+def test_the_recipe_ladder_is_paired_against_its_reference(monkeypatch, tmp_path) -> None:
+    """LoGRA methods with APOLLO's pieces: a refreshed one keys its refresh; a method's label and
+    colour name it without entering the cache key; the ladder keeps its order, skips methods
+    that are absent, and is empty without its reference."""
+    ladder = {"adamw": {"optimizer": "adamw", "lrs": [1e-3]},
+              "apollo": {"optimizer": "apollo", "lrs": [1e-2]},
+              "plain": {"optimizer": "logra", "reconstruction": "gain", "lrs": [1e-2]},
+              "piece": {"optimizer": "logra", "reconstruction": "channel", "lrs": [1e-2],
+                        "refresh_projections": True, "label": "LoGRA piece", "color": "olive"}}
+    cfg = tq.config("smoke", results_dir=str(tmp_path), methods=ladder, rank_methods=["plain"],
+                    headline="plain", recipe_reference="apollo",
+                    recipe_ladder=["piece", "absent", "plain"], max_extensions=0,
+                    seeds=[0, 1, 2])
+    assert (tq.label(cfg, "piece"), tq.color(cfg, "piece")) == ("LoGRA piece", "olive")
+    piece = tq.Run("piece", 1e-2, 0, 4, "sweep")
+    assert tq.settings(cfg, piece)["projection_gap"] == tq.projection_gap(cfg)
+    assert "projection_gap" not in tq.settings(cfg, tq.Run("plain", 1e-2, 0, 4, "sweep"))
+    renamed = {**cfg, "methods": {**ladder, "piece": {**ladder["piece"], "label": "other",
+                                                      "color": "k"}}}
+    assert tq.run_path(renamed, piece) == tq.run_path(cfg, piece)
+
+    loss = {"adamw": 2.2, "apollo": 2.0, "plain": 2.1, "piece": 2.0}
+
+    def fake_train(cfg, run):
+        value = loss[run.method] + 0.01 * run.seed + (0.02 if run.method == "plain" else 0) * (
+            run.seed % 2)
+        return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": value,
+                "test_loss": value, "state_bytes": 1000, "step_ms": 1.0, "diverged": False,
+                "curve": [{"step": 0, "validation_loss": value}]}
+
+    monkeypatch.setattr(tq, "train", fake_train)
+    frame = tq.run(cfg, progress=False)
+    table = tq.recipe_table(frame, cfg)
+    assert list(table["optimizer"]) == ["LoGRA piece", "LoGRA (gain)"]
+    assert list(table["verdict"]) == ["no difference", "higher than APOLLO"]
+    assert table["loss / APOLLO"].iloc[0] == pytest.approx(1.0)
+    assert tq.recipe_table(frame, {**cfg, "recipe_reference": "galore"}).empty
+
+
+def test_refresh_projections_refreshes_logra_s_sketches_at_the_projection_gap() -> None:
+    from logra.optimizers import build_optimizer
+
+    model = torch.nn.Linear(8, 8)
+    plain = build_optimizer("logra", model, {"lr": 1e-3})
+    refreshed = build_optimizer("logra", model, {"lr": 1e-3, "refresh_projections": True,
+                                                 "projection_gap": 7})
+    assert plain.refresh_every is None and refreshed.refresh_every == 7

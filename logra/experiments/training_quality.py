@@ -128,20 +128,27 @@ def describe(cfg: dict[str, Any]) -> str:
 
 
 def label(cfg: dict[str, Any], method: str) -> str:
-    """The method's name in figures: the registry's label, with its LoGRA rule if any."""
+    """The method's name in figures: its `label`, else the registry's label with its LoGRA rule
+    if any."""
     entry = cfg["methods"][method]
+    if "label" in entry:
+        return entry["label"]
     details = [entry["reconstruction"]] if "reconstruction" in entry else []
     details += ["dense embeddings"] if entry.get("dense_embeddings") else []
     return REGISTRY[entry["optimizer"]].label + (f" ({', '.join(details)})" if details else "")
 
 
 RULE_COLORS = {"gain": "tab:red", "nystrom": "lightcoral", "blend": "darkred",
-               "subspace": "tab:pink"}
+               "subspace": "tab:pink", "channel": "tab:orange"}
+PRESENTATION = ("label", "color")  # method keys that name and colour it, outside the cache key
 
 
 def color(cfg: dict[str, Any], method: str) -> str:
-    """The registry's colour, a shade of LoGRA's red per rule, gold with dense embeddings."""
+    """The method's `color`, else the registry's colour: a shade of LoGRA's red per rule, gold
+    with dense embeddings."""
     entry = cfg["methods"][method]
+    if "color" in entry:
+        return entry["color"]
     if entry.get("dense_embeddings"):
         return "gold"
     return RULE_COLORS.get(entry.get("reconstruction"), REGISTRY[entry["optimizer"]].color)
@@ -165,15 +172,17 @@ def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
                 "eval_every")
     data = TEXT_KEYS if cfg["task"] == "text" else ("task", *SFT_KEYS)
-    key = dict(version=VERSION, method=cfg["methods"][run.method], lr=run.lr, seed=run.seed,
+    method = {k: v for k, v in cfg["methods"][run.method].items() if k not in PRESENTATION}
+    key = dict(version=VERSION, method=method, lr=run.lr, seed=run.seed,
                rank=run.rank, **{k: cfg[k] for k in sorted({*schedule, *data})})
-    if REGISTRY[cfg["methods"][run.method]["optimizer"]].projected:
+    if REGISTRY[method["optimizer"]].projected or method.get("refresh_projections"):
         key["projection_gap"] = projection_gap(cfg)
     return key
 
 
 def projection_gap(cfg: dict[str, Any]) -> int:
-    """Steps between GaLore's, APOLLO's and Fira's projection refreshes: their recipes refresh
+    """Steps between GaLore's, APOLLO's and Fira's projection refreshes (and LoGRA's, with
+    `refresh_projections`): their recipes refresh
     50 times a run (every 200 of 10,000 steps), so this run refreshes `projection_refreshes`
     times too, not once or twice."""
     return max(1, cfg["steps"] // cfg["projection_refreshes"])
@@ -194,7 +203,8 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     data = benchmark(cfg)
     method = dict(cfg["methods"][run.method])
     name = method.pop("optimizer")
-    method.pop("lrs")
+    for key in ("lrs", *PRESENTATION):
+        method.pop(key, None)
     options = dict(lr=run.lr, weight_decay=cfg["weight_decay"], seed=run.seed, rank=run.rank,
                    lora_rank=run.rank, lora_alpha=2 * run.rank,
                    projection_gap=projection_gap(cfg), **method)
@@ -342,14 +352,31 @@ def _paired(final: pd.DataFrame, method: str, reference: str) -> tuple[float, fl
 
 def rules_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     """Every LoGRA method paired by seed against `headline` (LoGRA's default rule)."""
+    methods = [m for m, e in cfg["methods"].items()
+               if e["optimizer"] == "logra" and m != cfg["headline"]]
+    return paired_table(frame, cfg, methods, cfg["headline"], "rule")
+
+
+def recipe_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """The `recipe_ladder` methods present (LoGRA with APOLLO's recipe added a piece at a
+    time) paired by seed against `recipe_reference`: which piece closes the gap (empty when
+    the reference is not among the methods)."""
+    if cfg["recipe_reference"] not in cfg["methods"]:
+        return pd.DataFrame()
+    methods = [m for m in cfg["recipe_ladder"] if m in cfg["methods"]]
+    return paired_table(frame, cfg, methods, cfg["recipe_reference"], "optimizer")
+
+
+def paired_table(frame: pd.DataFrame, cfg: dict[str, Any], methods: list[str],
+                 reference: str, name: str) -> pd.DataFrame:
+    """Each of `methods` at its chosen rate against `reference`, paired by seed: the mean loss
+    ratio, the mean difference with its 95 % t interval, and the verdict."""
     final = final_runs(frame)
-    base = label(cfg, cfg["headline"])
+    base = label(cfg, reference)
     rows = []
-    for method, entry in cfg["methods"].items():
-        if entry["optimizer"] != "logra" or method == cfg["headline"]:
-            continue
-        ratio, mean, half = _paired(final, method, cfg["headline"])
-        rows.append({"rule": label(cfg, method), f"loss / {base}": ratio,
+    for method in methods:
+        ratio, mean, half = _paired(final, method, reference)
+        rows.append({name: label(cfg, method), f"loss / {base}": ratio,
                      f"Δ vs {base} (95 % CI)": _delta_text(mean, half),
                      "verdict": _verdict(mean, half, base)})
     return pd.DataFrame(rows)
@@ -426,20 +453,22 @@ def equal_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def goal(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
-    """The issue's goal, checked: `headline` within `goal_ratio` of AdamW's test loss with at
-    most `goal_state` of its state, and ahead of GaLore and APOLLO at equal bytes."""
+def goal(frame: pd.DataFrame, cfg: dict[str, Any], method: str | None = None) -> str:
+    """The issue's goal, checked for `method` (default `headline`): within `goal_ratio` of
+    AdamW's test loss with at most `goal_state` of its state, and ahead of GaLore and APOLLO
+    at equal bytes (the headline's bytes at the base rank; `method` must be in rank_methods)."""
+    method = method or cfg["headline"]
     table = summary(frame, cfg).set_index("optimizer")
-    row = table.loc[label(cfg, cfg["headline"])]
+    row = table.loc[label(cfg, method)]
     close = row["loss / AdamW"] <= 1 + cfg["goal_ratio"]
     small = row["state / AdamW"] <= cfg["goal_state"]
     at_bytes = equal_bytes(frame, cfg).set_index("optimizer").iloc[:, 0]
-    mine = at_bytes.get(label(cfg, cfg["headline"]), math.nan)
+    mine = at_bytes.get(label(cfg, method), math.nan)
     others = {k: v for k, v in at_bytes.items()
               if k in (REGISTRY["galore"].label, REGISTRY["apollo"].label)}
     compared = [v for v in others.values() if not math.isnan(v)]
     ahead = bool(compared) and not math.isnan(mine) and all(mine < v for v in compared)
-    return (f"{label(cfg, cfg['headline'])}: loss/AdamW {row['loss / AdamW']:.4f} "
+    return (f"{label(cfg, method)}: loss/AdamW {row['loss / AdamW']:.4f} "
             f"({'within' if close else 'outside'} {cfg['goal_ratio']:.0%}), state/AdamW "
             f"{row['state / AdamW']:.3f} ({'≤' if small else '>'} {cfg['goal_state']:.0%}); "
             f"at equal bytes {mine:.4f} vs "

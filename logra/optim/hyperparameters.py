@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import Tensor
 
-RECONSTRUCTIONS = ("gain", "nystrom", "blend", "subspace")
+RECONSTRUCTIONS = ("gain", "nystrom", "blend", "subspace", "channel")
 KL_ESTIMATORS = ("calibrated", "diag", "jvp")
 # The step control's hyperparameters. They live in the param groups like lr, but the control is
 # global (one γ for the whole step, from a prediction summed over every group), so every group

@@ -8,12 +8,15 @@ shape[0] × rest) and seeded orthonormal projections P ∈ R^{m×k}, Q ∈ R^{n�
     m_R ← β₁ m_R + (1−β₁) R_t         v_R ← β₂ v_R + (1−β₂) R_t²               m×r each
 
 Hats denote AdamW's bias corrections (m̂ = m / (1−β₁ᵗ), v̂ = v / (1−β₂ᵗ)). The direction U is
-rebuilt from the sketches by one of four rules (`reconstruction=`):
+rebuilt from the sketches by one of five rules (`reconstruction=`):
 
     "gain"     U = diag(√s) G diag(√c),  c_j = ‖u_L[:,j]‖/‖L[:,j]‖,  s_i = ‖u_R[i,:]‖/‖R[i,:]‖,
                with u = m̂/(√v̂+ε) in sketch space (two-sided APOLLO-style channel scaling)
     "nystrom"  U = M̂ / (√V̂ + ε),  M̂ = m̂_R (Pᵀ m̂_R)^† m̂_L  (truncated pseudo-inverse, `rtol`),
                V̂_ij = ρ_i κ_j / Σρ from the sketches' second moments (see `sketch.energies`)
+    "channel"  U = ζ diag(s) G if m ≥ n, else ζ G diag(c) (s, c the full ratios above): APOLLO's
+               one-sided channel-wise scaling (Zhu et al. 2024) along the larger side, with
+               Fira's norm-growth limiter ζ ≤ 1 on the scaled gradient, as APOLLO applies it
 
 Two more rules put the momentum's direction back from the same state, through the projection
 P L = P Pᵀ G onto span(P), which keeps G's columns (`logra.optim.updates`):
@@ -137,7 +140,7 @@ from logra.optim.updates import (
     as_matrix,
 )
 
-NORM_GROWTH_LIMIT = 1.01  # Fira's γ: the "subspace" scaled residual grows ≤ 1 % a step
+NORM_GROWTH_LIMIT = 1.01  # Fira's γ: the limited norms ("subspace", "channel") grow ≤ 1 % a step
 
 
 def sketch_shapes(
@@ -229,8 +232,8 @@ class LoGRA(Optimizer):
             regenerates them every step, nothing kept outside `optimizer.state`; None (default)
             caches them for parameters on an accelerator, not for CPU parameters (module
             docstring: the measurement).
-        reconstruction: "gain" (default), "nystrom", "blend" or "subspace"; see the module
-            docstring.
+        reconstruction: "gain" (default), "nystrom", "blend", "subspace" or "channel"; see
+            the module docstring.
         kl_estimator: how KL̂ is predicted, in nats per token (module docstring):
             "calibrated" (default): an exact JVP probe on a subsample of the batch of
             `attach(model)` or `set_kl_batch`, and between probes (or without a batch, from KLs
@@ -709,7 +712,7 @@ class LoGRA(Optimizer):
             limit = CPU_BATCH_MAX_NUMEL if slot.param.device.type == "cpu" else BATCH_MAX_NUMEL
             batched = slot.param.numel() <= limit if foreach is None else foreach
             sketched = self._sketch_shapes(slot) is not None
-            if sketched and slot.group["reconstruction"] in ("blend", "subspace"):
+            if sketched and slot.group["reconstruction"] in ("blend", "subspace", "channel"):
                 batched = False  # no stacked form of these rules (yet)
             state = self.state[slot.param]
             step = int(state["step"].item()) if state else 0
@@ -820,12 +823,18 @@ class LoGRA(Optimizer):
         common = dict(param=slot.weight, lr=float(group["lr"]),
                       weight_decay=group["weight_decay"],
                       row_weight=rho / reduce(rho.sum()).clamp_min(1e-30), col_weight=kappa)
-        if group["reconstruction"] == "gain":
+        if group["reconstruction"] in ("gain", "channel"):
             u_L = (m_L / bias1).div_((v_L / bias2).sqrt_().add_(group["eps"]))
             u_R = (m_R / bias1).div_((v_R / bias2).sqrt_().add_(group["eps"]))
-            row_gain, col_gain = sk.gain_factors(L, R, u_L, u_R)
+            if group["reconstruction"] == "gain":
+                row_gain, col_gain = sk.gain_factors(L, R, u_L, u_R)
+            else:
+                rows_are_channels = slot.param.shape[0] >= L.shape[1]
+                row_gain, col_gain = sk.channel_gains(L, R, u_L, u_R, rows_are_channels)
+                row_gain *= self._limit_channels(slot, state, row_gain, col_gain,
+                                                 rows_are_channels, gate)
             if group["maximize"]:
-                row_gain.neg_()  # D = √s ⊙ (−G) ⊙ √c on the unnegated gradient
+                row_gain.neg_()  # D = s ⊙ (−G) ⊙ c on the unnegated gradient
             return GainUpdate(grad=as_matrix(slot.grad), row_gain=row_gain, col_gain=col_gain,
                               **common)
         if group["reconstruction"] == "nystrom":
@@ -858,16 +867,24 @@ class LoGRA(Optimizer):
         columns = torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square_()
         columns = reducer(slot.shard)(columns)
         squared = (columns - L.square().sum(dim=0)).clamp_min_(0) @ scale.square()
-        squared, ok = torch.stack([squared, gate.ok.to(squared.dtype)]).tolist()
-        norm = math.sqrt(squared) if squared >= 0 else math.nan
-        if not ok or not math.isfinite(norm):
-            return 1.0
-        previous = state.get("residual_norm", 0.0)
-        limit = 1.0
-        if previous > 0 and norm > NORM_GROWTH_LIMIT * previous:
-            limit = NORM_GROWTH_LIMIT * previous / norm
-        state["residual_norm"] = norm * limit
-        return limit
+        return _growth_limit(state, "residual_norm", squared, gate)
+
+    def _limit_channels(
+        self, slot: _Slot, state: dict, row_gain: Tensor, col_gain: Tensor,
+        rows_are_channels: bool, gate: StepGate,
+    ) -> float:
+        """The norm-growth limiter ζ of the "channel" rule's scaled gradient S = diag(s) G diag(c)
+        (APOLLO applies Fira's limiter there): ‖S‖² = Σ_i (s_i ‖G[i,:]‖)² when rows are the
+        channels, Σ_j (c_j ‖G[:,j]‖)² otherwise; one pass over G, one host read, as
+        `_limit_residual`."""
+        grad, reduce = as_matrix(slot.grad), reducer(slot.shard)
+        if rows_are_channels:
+            rows = torch.linalg.vector_norm(grad, dim=1, dtype=torch.float32)
+            squared = reduce((rows * row_gain).square().sum())
+        else:
+            columns = reduce(torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square())
+            squared = (columns.sqrt() * col_gain).square().sum()
+        return _growth_limit(state, "scaled_norm", squared, gate)
 
     def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor) -> None:
         """Carry the moments from the previous epoch's projections into P, Q (P: this rank's
@@ -1072,3 +1089,22 @@ def _predicted_fisher(units: list[_Unit], updates: list, group: dist.ProcessGrou
     if sharded:
         replicated.append(all_reduce_sum(torch.stack(sharded).sum(), group))
     return torch.stack(replicated).sum() if replicated else torch.zeros(())
+
+
+def _growth_limit(state: dict, key: str, squared: Tensor, gate: StepGate) -> float:
+    """Fira's norm-growth limiter: ζ = min(1, γ ‖S_prev‖ / ‖S‖) for a scaled direction S with
+    ‖S‖² = `squared` (a device scalar), γ = NORM_GROWTH_LIMIT; ‖ζS‖ is remembered in
+    `state[key]` (a float). Reads the norm and the step's finiteness flag in one host read. A
+    skipped step (a non-finite gradient anywhere) or a non-finite norm leaves the memory as it
+    was and the step unlimited.
+    """
+    squared, ok = torch.stack([squared, gate.ok.to(squared.dtype)]).tolist()
+    norm = math.sqrt(squared) if squared >= 0 else math.nan
+    if not ok or not math.isfinite(norm):
+        return 1.0
+    previous = state.get(key, 0.0)
+    limit = 1.0
+    if previous > 0 and norm > NORM_GROWTH_LIMIT * previous:
+        limit = NORM_GROWTH_LIMIT * previous / norm
+    state[key] = norm * limit
+    return limit

@@ -164,14 +164,37 @@ def gain_factors(L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor) -> tuple[Tensor
     return row_gain, col_gain
 
 
+def channel_gains(
+    L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor, rows_are_channels: bool
+) -> tuple[Tensor, Tensor]:
+    """Row and column gains (s: (m,), c: (n,)) of the "channel" update D = diag(s) G diag(c),
+    one of them all ones: APOLLO's channel-wise scaling (Zhu et al. 2024) read from the sketch
+    that keeps the larger side. Rows are the channels when m ≥ n: s_i = ‖u_R[i,:]‖ / ‖R[i,:]‖;
+    otherwise columns: c_j = ‖u_L[:,j]‖ / ‖L[:,j]‖. The full ratio, not its square root as in
+    `gain_factors`; 0 where the sketch's row or column is 0 (a zero row or column of G).
+
+    With orthonormal projections ‖R[i,:]‖ ≈ √(r/n)·‖G[i,:]‖, so a channel of D has about the
+    norm of Adam's update, √n·‖u‖/√r (APOLLO's Gaussian projections keep ‖R[i,:]‖ ≈ ‖G[i,:]‖ and
+    give √(r/n) of that, which its learning rates absorb). Shapes: L, u_L k×n; R, u_R m×r.
+    """
+    if rows_are_channels:
+        return ratio(norms(u_R, 1), norms(R, 1)), torch.ones_like(L[0])
+    return torch.ones_like(R[:, 0]), ratio(norms(u_L, 0), norms(L, 0))
+
+
+def ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
+    """numerator / denominator elementwise, 0 where the denominator is 0 (see `sqrt_ratio`)."""
+    tiny = torch.finfo(denominator.dtype).tiny
+    return torch.where(denominator > 0, numerator / denominator.clamp_min(tiny),
+                       torch.zeros_like(denominator))
+
+
 def column_scale(u_L: Tensor, column_norms: Tensor) -> Tensor:
     """φ_j = ‖u_L[:,j]‖ / norms_j (n,): how much Adam, run on the left sketch, rescales column j
     (Fira's scaling factor). `column_norms` are the norms it is relative to (≥ 0). A zero norm
     means a zero column of G, whose residual is zero whatever φ_j: φ_j = 0 there (a huge φ_j
     would overflow φ_j² in the limiter's norm)."""
-    tiny = torch.finfo(column_norms.dtype).tiny
-    return torch.where(column_norms > 0, norms(u_L, 0) / column_norms.clamp_min(tiny),
-                       torch.zeros_like(column_norms))
+    return ratio(norms(u_L, 0), column_norms)
 
 
 def transport_first_moment(
