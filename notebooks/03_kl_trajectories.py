@@ -45,6 +45,7 @@ from IPython.display import Markdown, display
 
 from logra.experiments import kl_trajectories as kt
 from logra.experiments import report
+from logra.experiments.jobs import worker_count
 
 # %% tags=["parameters"]
 scale = "default"
@@ -60,8 +61,8 @@ cfg = kt.config(scale, **overrides)
 example = kt.grpo_config(cfg, "logra", cfg["seeds"][0])
 print(f"scale {scale!r}: {len(cfg['methods'])} methods × {len(cfg['seeds'])} seeds × "
       f"{cfg['steps']} steps on {example['model']} ({example['prompts_per_step']} prompts × "
-      f"{example['group_size']} samples per step, lr {example['lr']:g}), {cfg['workers']} "
-      f"worker(s)")
+      f"{example['group_size']} samples per step, lr {example['lr']:g}), "
+      f"{worker_count(cfg['workers'])} worker(s)")
 print("one of the runs:", kt.command(example))
 start = time.perf_counter()
 frame = kt.run(cfg)

@@ -42,6 +42,7 @@ import time
 
 from logra.experiments import kl_control as kc
 from logra.experiments import report
+from logra.experiments.jobs import worker_count
 
 # %% tags=["parameters"]
 scale = "default"
@@ -56,7 +57,8 @@ runs = kc.plan(cfg)
 example = kc.grpo_config(cfg, runs[0])
 print(f"scale {scale!r}: {len(runs)} runs of {cfg['steps']} steps on {example['model']} "
       f"({example['prompts_per_step']} prompts × {example['group_size']} samples per step), "
-      f"accuracy on {cfg['eval_prompts']:,} held-out problems, {cfg['workers']} worker(s)")
+      f"accuracy on {cfg['eval_prompts']:,} held-out problems, "
+      f"{worker_count(cfg['workers'])} worker(s)")
 start = time.perf_counter()
 frame = kc.run(cfg)
 print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")

@@ -4,6 +4,7 @@ the calibration probe, and the `adamw-kl` optimizer of the registry."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 from logra import notebooks
+from logra.experiments import jobs
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import VERDICTS
@@ -260,6 +262,14 @@ def test_parallel_jobs_return_in_order() -> None:
     jobs = [(math.factorial, (n,)) for n in (5, 3, 4)]
     assert run_jobs(jobs, workers=2, desc="t", progress=False) == [120, 6, 24]
     assert run_jobs(jobs, workers=1, desc="t", progress=False) == [120, 6, 24]
+
+
+def test_zero_workers_is_one_per_available_core(monkeypatch) -> None:
+    assert 1 <= jobs.available_cpus() <= (os.cpu_count() or 1)
+    monkeypatch.setattr(jobs, "available_cpus", lambda: 5)
+    assert jobs.worker_count(0) == 5 and jobs.worker_count(3) == 3
+    with pytest.raises(ValueError, match="workers must be >= 0"):
+        jobs.worker_count(-1)
 
 
 # ---------------------------------------------------------------- adamw-kl in the registry

@@ -1,7 +1,9 @@
 """Run independent jobs in spawned worker processes, one torch thread each.
 
-Callers that pass `workers` > 1 must run under `if __name__ == "__main__":` when started as a
-script (spawn re-imports the main module).
+`workers` = 0 means one worker per CPU core this process may use (`available_cpus`): every job
+runs on one thread in its own process whatever the count, so the results do not depend on it,
+only the wall time. Callers that pass `workers` ≠ 1 must run under `if __name__ == "__main__":`
+when started as a script (spawn re-imports the main module).
 """
 
 from __future__ import annotations
@@ -30,13 +32,29 @@ def _single_threaded_children() -> Iterator[None]:
             os.environ["OMP_NUM_THREADS"] = saved
 
 
+def available_cpus() -> int:
+    """CPU cores this process may run on (its affinity where the platform reports it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def worker_count(workers: int) -> int:
+    """The processes `workers` stands for: itself, or one per available core when 0."""
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0 (0: one per CPU core), got {workers}")
+    return workers or available_cpus()
+
+
 def run_jobs(jobs: list[tuple[Callable[..., Any], tuple]], workers: int, desc: str,
              progress: bool = True) -> list[Any]:
-    """`fn(*args)` of every job, in order; `workers` > 1 runs them in spawned processes.
+    """`fn(*args)` of every job, in order; `workers` > 1 runs them in spawned processes, 0 in
+    one per available core.
 
     Jobs are handed out in the order given (put the longest first). The first failure cancels
     what has not started and is raised.
     """
+    workers = worker_count(workers)
     results: list[Any] = [None] * len(jobs)
     bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress)
     if workers <= 1 or len(jobs) <= 1:

@@ -111,8 +111,9 @@ def _checked(cfg: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(cfg["methods"]) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown methods {unknown}; valid: {list(METHODS)}")
-    if not cfg["seeds"] or cfg["steps"] < 1 or cfg["workers"] < 1:
-        raise ValueError("seeds must be non-empty, steps and workers >= 1")
+    if not cfg["seeds"] or cfg["steps"] < 1 or cfg["workers"] < 0:
+        raise ValueError("seeds must be non-empty, steps >= 1 and workers >= 0 (0: one per "
+                         "CPU core)")
     return cfg
 
 

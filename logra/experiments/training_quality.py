@@ -47,7 +47,7 @@ import torch
 
 from logra import io
 from logra.experiments.config import ConfigError, load_config
-from logra.experiments.jobs import run_jobs
+from logra.experiments.jobs import run_jobs, worker_count
 from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
 from logra.optimizers import REGISTRY, build_optimizer, spec, state_bytes, wrap_model
 
@@ -124,7 +124,7 @@ def describe(cfg: dict[str, Any]) -> str:
         what = (f"sft: {cfg['sft_model']} architecture on gsm-synth solutions, "
                 f"{cfg['steps']} steps × {cfg['batch_size']} sequences")
     return (f"{what}; {len(cfg['methods'])} optimizers, seeds {cfg['seeds']}, "
-            f"{cfg['workers']} worker(s)")
+            f"{worker_count(cfg['workers'])} worker(s)")
 
 
 def label(cfg: dict[str, Any], method: str) -> str:
