@@ -72,9 +72,9 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from logra import io
+from logra.config import ConfigError
 from logra.data import load_task, to_prompts
 from logra.data.grading import reward
-from logra.experiments.config import ConfigError
 from logra.models import SCALES, evaluate_greedy, load_policy, prepare
 from logra.optim import LoGRA
 from logra.optim.kl import categorical_kl
