@@ -186,6 +186,9 @@ def test_the_cli_finds_its_experiments_in_an_installed_wheel(wheel: Path, tmp_pa
 import json
 import logra
 from logra import config, notebooks, paths
+from logra.data.tasks import DATA_DIR
+from logra.experiments.report import FIGURES_DIR
+from logra.models.build import MODELS_DIR
 from logra.rl import resolve
 print(json.dumps({
     "package": logra.__file__,
@@ -194,6 +197,9 @@ print(json.dumps({
     "notebooks": sorted(p.stem for p in notebooks.NOTEBOOKS_DIR.glob("*.ipynb")),
     "grpo smoke model": resolve("grpo", "smoke")["model"],
     "results": str(paths.results_root()),
+    "models": str(MODELS_DIR),
+    "data": str(DATA_DIR),
+    "figures": str(FIGURES_DIR),
     "claims parameters": sorted(notebooks.declared_parameters("00_claims")),
 }))
 """, elsewhere, PYTHONPATH=str(site))
@@ -204,6 +210,9 @@ print(json.dumps({
     assert found["notebooks"] == sorted(notebooks.ordered())
     assert found["grpo smoke model"] == "smoke"
     assert found["results"] == str(elsewhere / "results")  # not inside site-packages
+    assert found["models"] == str(elsewhere / "results" / "models")
+    assert found["data"] == str(elsewhere / "results" / "data")
+    assert found["figures"] == str(elsewhere / "figures")
     assert "rewrite_readme" in found["claims parameters"]
 
 
