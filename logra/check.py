@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from logra.experiments.config import FIGURES_SCALE, figures_dir, project_root
+from logra.paths import FIGURES_SCALE, figures_dir, project_root
 
 REPO = project_root()
 FIGURES_DIR = figures_dir(FIGURES_SCALE)  # where `logra-repro reproduce` writes the committed ones

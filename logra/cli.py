@@ -79,8 +79,8 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from logra.experiments.config import results_root
     from logra.models import SCALES, prepare
+    from logra.paths import results_root
 
     if args.scale not in SCALES:
         return usage_error(args.parser, f"unknown scale {args.scale!r}; valid: {list(SCALES)}")
@@ -103,7 +103,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from logra.experiments.config import ConfigError, results_root
+    from logra.config import ConfigError
+    from logra.paths import results_root
     from logra.rl import resolve, run_dir, run_grpo
 
     # options may follow the experiment, among the overrides: parse them out of the remainder

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from logra.experiments import config
-from logra.experiments.config import FIGURES_SCALE, project_root, results_root
+from logra import config, paths
+from logra.paths import FIGURES_SCALE, project_root, results_root
 
-NOTEBOOKS_DIR = config.RESOURCES_DIR / "notebooks"
+NOTEBOOKS_DIR = paths.RESOURCES_DIR / "notebooks"
 
 # Notebook -> the experiment config (experiments/NAME.yaml) whose scales it accepts, in the
 # order `reproduce` runs them. The claims ledger reads what the others wrote, so it runs last.
@@ -126,7 +126,7 @@ def prepare_models(scale: str, names: list[str], log: Callable[[str], object] = 
 def execute(name: str, parameters: dict, executed_dir: str | os.PathLike,
             progress_bar: bool = True) -> Path:
     """Run NAME.ipynb of the packaged notebooks with `parameters` (papermill) in the project
-    root (`logra.experiments.config.project_root`), showing papermill's per-cell progress bar.
+    root (`logra.paths.project_root`), showing papermill's per-cell progress bar.
 
     The executed copy, with every output, is saved as executed_dir/NAME.ipynb.
     """
@@ -168,7 +168,7 @@ def reproduce(scale: str, only: list[str] | None = None,
     """Build the proxy policies the notebooks need (`prepare_models`), then execute every
     notebook at `scale`; returns seconds per step ("prepare", then each notebook).
 
-    `figures_dir` None: `logra.experiments.config.figures_dir(scale)`; `executed_dir` None:
+    `figures_dir` None: `logra.paths.figures_dir(scale)`; `executed_dir` None:
     `<results>/notebooks` at the default scale, `<results>/<scale>/notebooks` otherwise;
     `results_dir` None: each experiment's own (`results/` of the project). `rewrite_readme`
     None rewrites the project README's claims block at the default scale only.
@@ -178,14 +178,14 @@ def reproduce(scale: str, only: list[str] | None = None,
     names = ordered(only)
     check_scale(scale, names)
     results = results_root(results_dir)
-    figures = Path(figures_dir) if figures_dir is not None else config.figures_dir(scale, results)
+    figures = Path(figures_dir) if figures_dir is not None else paths.figures_dir(scale, results)
     if executed_dir is None:
         executed_dir = results / "notebooks" if scale == FIGURES_SCALE else (
             results / scale / "notebooks")
     readme = project_root() / "README.md"
     if rewrite_readme is None:
         # only a checkout's README has the claims block; an installed wheel's cwd may hold any
-        rewrite_readme = scale == FIGURES_SCALE and config.checkout_root() is not None
+        rewrite_readme = scale == FIGURES_SCALE and paths.checkout_root() is not None
     given = {"scale": scale, "figures_dir": str(figures),
              "readme": str(readme) if rewrite_readme else "", "rewrite_readme": rewrite_readme}
     if results_dir is not None:

@@ -23,7 +23,7 @@
 
 # %%
 from logra.experiments import claims, report
-from logra.experiments.config import FIGURES_SCALE
+from logra.paths import FIGURES_SCALE
 
 # %% tags=["parameters"]
 scale = "default"

@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from logra.experiments import comparison, report
-from logra.experiments.config import results_root
 from logra.models.build import prepare_spec
 from logra.models.ladder import get_scale
+from logra.paths import results_root
 
 RESULTS_DIR = results_root()
 

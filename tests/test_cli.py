@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 import logra
-from logra import cli, notebooks
-from logra.experiments import config
+from logra import cli, notebooks, paths
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -187,7 +186,7 @@ def test_run_takes_any_config_file_and_writes_where_told(monkeypatch, tmp_path) 
     assert runs[-1]["lr"] == 3e-4 and runs[-1]["model"] == "smoke"
     # no --results-dir: the config's results/, under the checkout, not the current directory
     assert cli.main(["run", "grpo", "--scale", "smoke", "--quiet"]) == 0
-    assert runs[-1]["results_dir"] == str(config.checkout_root() / "results")
+    assert runs[-1]["results_dir"] == str(paths.checkout_root() / "results")
 
 
 def _git(*args: str, cwd: Path) -> str:

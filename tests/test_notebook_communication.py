@@ -9,8 +9,8 @@ import torch.distributed as dist
 from torch import nn
 
 from logra import notebooks
+from logra.config import ConfigError
 from logra.experiments import communication as comm
-from logra.experiments.config import ConfigError
 from logra.experiments.report import VERDICTS
 
 

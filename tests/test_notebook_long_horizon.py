@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from logra import notebooks
+from logra.config import ConfigError
 from logra.experiments import long_horizon as lh
-from logra.experiments.config import ConfigError
 from logra.experiments.report import VERDICTS
 from logra.optim import LoGRA
 

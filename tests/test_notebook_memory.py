@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from logra import notebooks
+from logra.config import ConfigError
 from logra.experiments import memory
-from logra.experiments.config import ConfigError
 from logra.experiments.report import VERDICTS
 from logra.memory import oom_step
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from logra import notebooks
+from logra.config import ConfigError
 from logra.experiments import rare_tokens as rt
-from logra.experiments.config import ConfigError
 from logra.experiments.report import VERDICTS
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from logra import notebooks
-from logra.experiments.config import packaged_experiments
+from logra.config import packaged_experiments
 
 try:
     import tomllib
@@ -129,6 +129,17 @@ print("run:", cli.main(["run", "grpo", "--scale", "smoke"]))
     assert "run: 1" in result.stdout and "logra[repro,notebooks]" in result.stderr
 
 
+def test_config_and_paths_sit_at_the_bottom() -> None:
+    """Every layer may import them: they import no other layer, and yaml only to read a file."""
+    result = run_python(BLOCK_EXTRAS + """
+from logra import config, paths
+higher = ("experiments", "rl", "models", "data", "memory", "integrations")
+print(sorted(m for m in sys.modules if m.startswith("logra.") and m.split(".")[1] in higher))
+""", REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "[]"
+
+
 def tracked_files() -> list[str]:
     """The repository's files (committed or new, not ignored); skips outside a git checkout."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
@@ -174,16 +185,21 @@ def test_the_cli_finds_its_experiments_in_an_installed_wheel(wheel: Path, tmp_pa
     result = run_python("""
 import json
 import logra
-from logra import notebooks
-from logra.experiments import config
+from logra import config, notebooks, paths
+from logra.data.tasks import DATA_DIR
+from logra.experiments.report import FIGURES_DIR
+from logra.models.build import MODELS_DIR
 from logra.rl import resolve
 print(json.dumps({
     "package": logra.__file__,
-    "checkout": config.checkout_root() is not None,
+    "checkout": paths.checkout_root() is not None,
     "experiments": config.packaged_experiments(),
     "notebooks": sorted(p.stem for p in notebooks.NOTEBOOKS_DIR.glob("*.ipynb")),
     "grpo smoke model": resolve("grpo", "smoke")["model"],
-    "results": str(config.results_root()),
+    "results": str(paths.results_root()),
+    "models": str(MODELS_DIR),
+    "data": str(DATA_DIR),
+    "figures": str(FIGURES_DIR),
     "claims parameters": sorted(notebooks.declared_parameters("00_claims")),
 }))
 """, elsewhere, PYTHONPATH=str(site))
@@ -194,6 +210,9 @@ print(json.dumps({
     assert found["notebooks"] == sorted(notebooks.ordered())
     assert found["grpo smoke model"] == "smoke"
     assert found["results"] == str(elsewhere / "results")  # not inside site-packages
+    assert found["models"] == str(elsewhere / "results" / "models")
+    assert found["data"] == str(elsewhere / "results" / "data")
+    assert found["figures"] == str(elsewhere / "figures")
     assert "rewrite_readme" in found["claims parameters"]
 
 

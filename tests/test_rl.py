@@ -10,7 +10,7 @@ import torch
 from torch.distributions import Categorical, kl_divergence
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from logra.experiments.config import EXPERIMENTS_DIR, ConfigError
+from logra.config import EXPERIMENTS_DIR, ConfigError
 from logra.models.tokenizer import char_tokenizer
 from logra.optim.kl import categorical_kl
 from logra.optimizers import OPTIMIZERS, build_optimizer, check_optimizer, state_bytes, wrap_model

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from logra.cli import main
-from logra.experiments.config import ConfigError
+from logra.config import ConfigError
 from logra.models import prepare
 from logra.optimizers import OPTIMIZERS, REGISTRY
 from logra.rl import config as cfg

@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from logra import LoGRA
-from logra.experiments.config import EXPERIMENTS_DIR, ConfigError
+from logra.config import EXPERIMENTS_DIR, ConfigError
 from logra.integrations.trainer import add_logra_metrics, unwrap
 from logra.models import prepare
 from logra.rl import config as cfg

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from logra import notebooks
+from logra.config import ConfigError
 from logra.data import text
 from logra.experiments import training_quality as tq
-from logra.experiments.config import ConfigError
 
 WORDS = ("the", "king", "queen", "lord", "crown", "sword", "night", "day", "love", "death",
          "heart", "blood", "fair", "foul", "speak", "hear", "see", "come", "go", "stay", "fly")

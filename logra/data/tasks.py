@@ -18,9 +18,9 @@ import datasets
 from logra import io
 from logra.data import synth
 from logra.data.grading import last_boxed
+from logra.paths import results_root
 
-REPO = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO / "results" / "data"
+DATA_DIR = results_root() / "data"
 
 SYNTH_SEED = 0
 SYNTH_SIZES = {"train": 20_000, "test": 500}

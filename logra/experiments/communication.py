@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from logra.experiments.config import load_config
+from logra.config import load_config
 from logra.experiments.report import ClaimRow
 from logra.memory import ARCHITECTURES, logra_param_groups
 from logra.optim import LoGRA, sketch_shapes

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from logra import io
+from logra.config import load_config
 from logra.experiments import kl_trajectories as kt
-from logra.experiments.config import load_config
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
 from logra.rl import config as grpo

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from logra.experiments.config import load_config
+from logra.config import load_config
 from logra.experiments.jobs import run_jobs
 from logra.experiments.kl_trajectories import grpo_job, prepare_inputs
 from logra.experiments.report import ClaimRow

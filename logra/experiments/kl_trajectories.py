@@ -50,7 +50,7 @@ import pandas as pd
 import torch
 
 from logra import io
-from logra.experiments.config import load_config
+from logra.config import load_config
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
 from logra.models import SCALES, prepare

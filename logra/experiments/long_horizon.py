@@ -63,7 +63,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from logra.experiments.config import load_config
+from logra.config import load_config
 from logra.experiments.report import ClaimRow
 from logra.optim import LoGRA
 from logra.optim import sketch as sk

@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from logra.experiments.config import load_config
+from logra.config import load_config
 from logra.experiments.report import ClaimRow
 from logra.memory import (
     Assumptions,

@@ -52,7 +52,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from logra.experiments.config import load_config
+from logra.config import load_config
 from logra.memory import state_bytes as predicted_state_bytes
 from logra.memory.state import as_dtype
 from logra.optim import LoGRA, RandomProjectionAdam

@@ -62,8 +62,8 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from logra.config import load_config
 from logra.experiments import sketch_error as se
-from logra.experiments.config import load_config
 from logra.experiments.report import ClaimRow
 from logra.models.random import random_qwen2
 

@@ -14,8 +14,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from logra.io import atomic_path, write_frame, write_text
+from logra.paths import FIGURES_SCALE, figures_dir
 
-FIGURES_DIR = Path(__file__).resolve().parents[2] / "figures"
+FIGURES_DIR = figures_dir(FIGURES_SCALE)  # the committed figures/
 VERDICTS = ("reproduced", "not reproduced", "partly", "needs GPU scale", "inconsistent as reported")
 
 

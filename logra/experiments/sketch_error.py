@@ -56,7 +56,7 @@ import torch
 from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 from torch import Tensor, nn
 
-from logra.experiments.config import load_config
+from logra.config import load_config
 from logra.experiments.report import ClaimRow
 from logra.models.random import random_qwen2
 from logra.optim import LoGRA, RandomProjectionAdam, sketch_shapes

@@ -46,7 +46,7 @@ import pandas as pd
 import torch
 
 from logra import io
-from logra.experiments.config import ConfigError, load_config
+from logra.config import ConfigError, load_config
 from logra.experiments.jobs import run_jobs, worker_count
 from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
 from logra.optimizers import REGISTRY, build_optimizer, spec, state_bytes, wrap_model

@@ -45,9 +45,9 @@ from logra.models.evaluate import evaluate_greedy
 from logra.models.ladder import SCALES, ScaleSpec, get_scale
 from logra.models.tokenizer import ALPHABET, SPECIAL_TOKENS, char_tokenizer
 from logra.models.warmup import warm_up
+from logra.paths import results_root
 
-REPO = Path(__file__).resolve().parents[2]
-MODELS_DIR = REPO / "results" / "models"
+MODELS_DIR = results_root() / "models"
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"  # builds that come with the package
 BUILD_FORMAT = 1  # bump when the build procedure changes in a way the specs do not show
 

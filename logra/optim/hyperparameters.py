@@ -3,11 +3,14 @@
 `check_adamw` covers what LoGRA and the naive projection share with `torch.optim.AdamW` (lr,
 betas, eps, weight_decay), `check_sketch` LoGRA's sketch keys, and `check_kl_control` the keys of
 LoGRA's predicted-KL step control (`KL_CONTROL_KEYS`). A value of the wrong type is a TypeError,
-one out of range a ValueError; both name the argument and the value.
+one out of range a ValueError; both name the argument and the value. `check_saved_groups`,
+called by `load_state_dict` before it changes anything, refuses another optimizer's state (its
+groups lack the optimizer's keys).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from torch import Tensor
@@ -54,6 +57,21 @@ def check_adamw(group: dict[str, Any]) -> None:
                          "sketch would divide 0 by 0)")
     if not group["weight_decay"] >= 0:
         raise ValueError(f"Invalid weight_decay: {group['weight_decay']} (must be ≥ 0)")
+
+
+def check_saved_groups(saved_groups: list[dict[str, Any]], keys: Iterable[str], optimizer: str,
+                       kept: str) -> None:
+    """ValueError naming the first saved param group that lacks any of `keys` (the group keys
+    `optimizer` saves): such a state is another optimizer's, torch.optim.AdamW's say, and holds
+    dense moments where `optimizer` keeps `kept` ("sketches of the moments")."""
+    for i, group in enumerate(saved_groups):
+        missing = sorted(set(keys) - set(group))
+        if missing:
+            raise ValueError(
+                f"state_dict param group {i} lacks {optimizer}'s keys {missing}: it is not a "
+                f"{optimizer} state but another optimizer's (torch.optim.AdamW?). {optimizer} "
+                f"keeps {kept}, not the dense moments such a state holds; start {optimizer} from "
+                "a fresh state")
 
 
 def check_int(name: str, value: Any, least: int) -> None:

@@ -119,6 +119,7 @@ from logra.optim.gate import StepGate
 from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
     check_adamw,
+    check_saved_groups,
     check_sketch,
     common_kl_control,
 )
@@ -1006,17 +1007,12 @@ class LoGRA(Optimizer):
         are put back afterwards, moved to the parameter's device.
         """
         state_dict = dict(state_dict)
-        groups = []
-        for i, group in enumerate(state_dict.get("param_groups", [])):
-            missing = sorted(set(self.defaults) - set(group) - set(KL_CONTROL_KEYS))
-            if missing:
-                raise ValueError(
-                    f"state_dict param group {i} lacks LoGRA's keys {missing}: it is not a LoGRA "
-                    "state but another optimizer's (torch.optim.AdamW?). LoGRA keeps sketches of "
-                    "the moments, not the dense moments such a state holds; start LoGRA from a "
-                    "fresh state")
-            # a state saved before the KL control's keys moved into the groups: this optimizer's
-            groups.append({**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group})
+        saved_groups = state_dict.get("param_groups", [])
+        check_saved_groups(saved_groups, set(self.defaults) - set(KL_CONTROL_KEYS), "LoGRA",
+                           "sketches of the moments")
+        # a state saved before the KL control's keys moved into the groups: this optimizer's
+        groups = [{**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group}
+                  for group in saved_groups]
         state_dict["param_groups"] = groups
         common_kl_control(groups)
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))

@@ -24,7 +24,7 @@ from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
 from logra.optim import sketch as sk
-from logra.optim.hyperparameters import check_adamw, check_int
+from logra.optim.hyperparameters import check_adamw, check_int, check_saved_groups
 from logra.optim.logra import adam_direction
 
 
@@ -75,12 +75,8 @@ class RandomProjectionAdam(Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         """As torch does, after refusing another optimizer's state (its dense moments are not
         the projected ones this optimizer keeps)."""
-        for i, group in enumerate(state_dict.get("param_groups", [])):
-            missing = sorted(set(self.defaults) - set(group))
-            if missing:
-                raise ValueError(
-                    f"state_dict param group {i} lacks {missing}: it is not a "
-                    "RandomProjectionAdam state but another optimizer's (torch.optim.AdamW?)")
+        check_saved_groups(state_dict.get("param_groups", []), self.defaults,
+                           "RandomProjectionAdam", "the moments of its projected gradients")
         super().load_state_dict(state_dict)
 
     @torch.no_grad()

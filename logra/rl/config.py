@@ -1,7 +1,7 @@
 """Resolving and checking a GRPO run's config before any compute.
 
 `resolve("experiments/grpo.yaml", scale, ["key=value", ...])` reads the YAML's defaults and
-scale (through `logra.experiments.config.load_config`, which rejects unknown keys and scales and
+scale (through `logra.config.load_config`, which rejects unknown keys and scales and
 ill-typed values), applies the overrides (each value parsed by `yaml.safe_load`, so `null`,
 `1e-4` and `[q_proj, v_proj]` mean what they say), and `validate` checks every value against
 its range or its valid choices. Every failure is a `ConfigError` naming the key.
@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from logra.config import ConfigError, load_config, read_spec
 from logra.data import TASKS
-from logra.experiments.config import ConfigError, load_config, read_spec
 from logra.models import SCALES
 from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
 from logra.optimizers import OPTIMIZERS, check_optimizer

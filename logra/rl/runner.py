@@ -72,20 +72,20 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from logra import io
+from logra.config import ConfigError
 from logra.data import load_task, to_prompts
 from logra.data.grading import reward
-from logra.experiments.config import ConfigError
 from logra.models import SCALES, evaluate_greedy, load_policy, prepare
 from logra.optim import LoGRA
 from logra.optim.kl import categorical_kl
 from logra.optimizers import build_optimizer, state_bytes, wrap_model
+from logra.paths import checkout_root
 from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
 from logra.rl.grpo import AdaptiveKLController, group_advantages, grpo_loss
 from logra.rl.rollout import Rollout, completion_logits, sample, token_logprobs
 from logra.rl.tracking import TensorBoardLog
 
-REPO = Path(__file__).resolve().parents[2]
 COLUMNS = (
     "step", "reward", "reward_std", "train_accuracy", "zero_std_groups", "completion_tokens",
     "kl", "kl_k3", "step_kl", "loss", "surrogate", "clip_fraction", "grad_norm", "predicted_kl",
@@ -519,10 +519,15 @@ def _versions() -> dict[str, str]:
 
 
 def _git() -> dict[str, Any]:
-    """The commit of the repository this package runs from, and whether the tree is dirty."""
+    """The commit of the checkout this package runs from, and whether the tree is dirty; None
+    for both when it runs from an installed wheel or git cannot tell."""
+    checkout = checkout_root()
+    if checkout is None:
+        return dict(commit=None, dirty=None)
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip()
+        return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()
     try:
         return dict(commit=git("rev-parse", "HEAD"), dirty=bool(git("status", "--porcelain")))
     except (OSError, subprocess.SubprocessError):

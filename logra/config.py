@@ -1,4 +1,4 @@
-"""Experiment configs, and where the kit's files live.
+"""Experiment configs: reading a config file and resolving a scale of it.
 
 Layout of a config file:
 
@@ -12,12 +12,8 @@ file of that layout (a copy edited outside the repository included); a file with
 has the one scale `default`. Unknown keys, unknown scales and values of the wrong type fail
 before any compute, naming the key and the valid choices.
 
-Where things live. The packaged configs and notebooks are `logra/resources/{experiments,
-notebooks}`: links to the repository's `experiments/` and `notebooks/` in a checkout (an
-editable install), copies in a built wheel. Results (`results/`), figures (`figures/`) and the
-README are the project's: relative to the repository root in a checkout, else to the current
-directory (`project_root`). `figures/` belongs to the scale `FIGURES_SCALE`; every other scale
-writes its figures under `results/<scale>/figures` (`figures_dir`).
+The packaged configs are `logra/resources/experiments` (see `logra.paths`). Only the standard
+library and, when a file is read, yaml: every layer of the package may import this module.
 """
 
 from __future__ import annotations
@@ -26,41 +22,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-RESOURCES_DIR = PACKAGE_DIR / "resources"
+from logra.paths import FIGURES_SCALE, RESOURCES_DIR
+
 EXPERIMENTS_DIR = RESOURCES_DIR / "experiments"
 CONFIG_SUFFIXES = (".yaml", ".yml")
-FIGURES_SCALE = "default"  # the scale whose figures are the committed figures/ and README block
 
 
 class ConfigError(ValueError):
     """A bad experiment configuration (unknown key, scale, or ill-typed value)."""
-
-
-def checkout_root() -> Path | None:
-    """The source checkout `logra` is imported from (it holds pyproject.toml), or None for an
-    installed wheel."""
-    root = PACKAGE_DIR.parent
-    return root if (root / "pyproject.toml").is_file() else None
-
-
-def project_root() -> Path:
-    """The base of relative result paths: the source checkout, else the current directory."""
-    return checkout_root() or Path.cwd()
-
-
-def results_root(results_dir: str | os.PathLike | None = None) -> Path:
-    """`results_dir` as an absolute path (relative ones under `project_root`); None: results/."""
-    path = Path(results_dir if results_dir is not None else "results").expanduser()
-    return path if path.is_absolute() else project_root() / path
-
-
-def figures_dir(scale: str, results_dir: str | os.PathLike | None = None) -> Path:
-    """Where a reproduction at `scale` writes its figures and tables: `<project>/figures` for
-    FIGURES_SCALE (the committed ones), `<results>/<scale>/figures` for any other scale."""
-    if scale == FIGURES_SCALE:
-        return project_root() / "figures"
-    return results_root(results_dir) / scale / "figures"
 
 
 def packaged_experiments() -> list[str]:
@@ -92,7 +61,7 @@ def read_spec(experiment: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     except yaml.YAMLError as err:
         raise ConfigError(f"cannot parse {path}: {err}") from err
     if not isinstance(spec, dict) or not isinstance(spec.get("defaults"), dict):
-        raise ConfigError(f"{path} has no `defaults:` mapping (see logra.experiments.config)")
+        raise ConfigError(f"{path} has no `defaults:` mapping (see logra.config)")
     scales = spec.get("scales") or {FIGURES_SCALE: {}}
     return spec["defaults"], scales
 
