@@ -1032,23 +1032,6 @@ class LoGRA(Optimizer):
                     self.state[p][key] = value.to(p.device, torch.float32, copy=True)
 
 
-def adam_direction(
-    grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: int, beta1: float, beta2: float,
-    eps: float,
-) -> Tensor:
-    """Update Adam's fp32 moments in place with `grad`; return m̂ / (√v̂ + ε) (a new tensor).
-
-    The operations and their order follow `torch.optim.AdamW` (single-tensor path), so a dense
-    LoGRA group reproduces AdamW to round-off.
-    """
-    g = grad.float()
-    exp_avg.lerp_(g, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-    bias1, bias2 = 1 - beta1**step, 1 - beta2**step
-    denom = (exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(eps)
-    return exp_avg.div(denom).mul_(1 / bias1)
-
-
 def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> Tensor:
     """All entries finite, squares included (on every rank of `group`), in one foreach
     reduction (max |x| propagates NaN and ∞) and at most one all-reduce: a boolean scalar on the
