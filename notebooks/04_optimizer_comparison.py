@@ -88,8 +88,9 @@ def table(data, name: str) -> None:
 # Mean ± standard deviation over seeds, in %. "Reported" columns are the report's numbers at
 # its scales (it gives none at 1.5B/7B, only that LoGRA matches or slightly exceeds dense Adam).
 # The proxies' absolute numbers are not comparable with GSM8K or MATH: the comparison is
-# between rows. State is the optimizer's persistent tensors (`logra.rl.state_bytes`); step time
-# is the median GRPO step on one CPU thread with another run beside it.
+# between rows. State is the optimizer's persistent tensors
+# (`logra.optimizers.measured_state_bytes`); step time is the median GRPO step on one CPU thread
+# with another run beside it.
 
 # %%
 table(comparison.comparison_table(frame, cfg), "comparison")
