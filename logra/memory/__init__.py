@@ -5,7 +5,12 @@
     model_stats(model, "adamw"); oom_step(...)    the node budget and where it runs out
 """
 
-from logra.memory.architectures import ARCHITECTURES, Architecture, architecture, count_params
+from logra.memory.architectures import (
+    ARCHITECTURES,
+    PublishedArchitecture,
+    architecture,
+    count_params,
+)
 from logra.memory.budget import (
     Assumptions,
     ModelShape,
@@ -25,10 +30,9 @@ from logra.memory.params import logra_param_groups, trainable_params, with_lora
 from logra.memory.state import OPTIMIZERS, counted_state_bytes, state_table
 
 __all__ = [
-    "ARCHITECTURES", "OPTIMIZERS", "Architecture", "Assumptions", "ModelShape", "ModelStats",
-    "activation_bytes", "architecture", "budget", "count_params", "counted_state_bytes",
-    "kv_cache_bytes",
-    "logits_bytes", "logra_param_groups", "max_fitting_length", "model_stats", "oom_step",
-    "peak_bytes", "simulate", "state_table", "static_bytes", "trainable_params",
-    "with_lora",
+    "ARCHITECTURES", "OPTIMIZERS", "Assumptions", "ModelShape", "ModelStats",
+    "PublishedArchitecture", "activation_bytes", "architecture", "budget", "count_params",
+    "counted_state_bytes", "kv_cache_bytes", "logits_bytes", "logra_param_groups",
+    "max_fitting_length", "model_stats", "oom_step", "peak_bytes", "simulate", "state_table",
+    "static_bytes", "trainable_params", "with_lora",
 ]
