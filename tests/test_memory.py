@@ -52,20 +52,20 @@ def held_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(t.nbytes for t in seen.values())
 
 
-def build(tied: bool = True, dtype: torch.dtype = torch.float32, seed: int = 0) -> nn.Module:
-    """A 2-layer Qwen2 with tensors on both sides of every threshold the rules have.
+@pytest.fixture
+def build(tiny_qwen2):
+    """build(tied=True, dtype=fp32): a 2-layer Qwen2 with tensors on both sides of every
+    threshold the rules have.
 
     Embedding 512×64 (sketched or dense by rank, 8-bit), q/o 64×64 (exactly bitsandbytes'
     4,096-element minimum), k/v 32×64 (below it; sketched at r=16, dense fallback at r=24),
     MLP 160×64, 1-D biases and norms.
     """
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    def build_model(tied: bool = True, dtype: torch.dtype = torch.float32) -> nn.Module:
+        return tiny_qwen2(vocab_size=512, hidden_size=64, intermediate_size=160,
+                          tie_word_embeddings=tied).to(dtype)
 
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=160,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, tie_word_embeddings=tied)
-    return Qwen2ForCausalLM(config).to(dtype)
+    return build_model
 
 
 def one_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -77,7 +77,7 @@ def one_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.
 
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_adamw_is_byte_exact(tied: bool, dtype: torch.dtype) -> None:
+def test_adamw_is_byte_exact(tied: bool, dtype: torch.dtype, build) -> None:
     model = build(tied, dtype)
     opt = one_step(model, torch.optim.AdamW(model.parameters()))
     assert counted_state_bytes(model, "adamw") == held_bytes(opt)
@@ -86,7 +86,7 @@ def test_adamw_is_byte_exact(tied: bool, dtype: torch.dtype) -> None:
     assert fp32 == held_bytes(opt) if dtype == torch.float32 else fp32 > held_bytes(opt)
 
 
-def test_adamw_amsgrad_is_byte_exact() -> None:
+def test_adamw_amsgrad_is_byte_exact(build) -> None:
     model = build()
     opt = one_step(model, torch.optim.AdamW(model.parameters(), amsgrad=True))
     assert counted_state_bytes(model, "adamw", amsgrad=True) == held_bytes(opt)
@@ -96,15 +96,15 @@ def test_adamw_amsgrad_is_byte_exact() -> None:
 @pytest.mark.parametrize(("rank", "embedding_rank", "oversample"),
                          [(16, 8, 0), (24, None, 0), (16, 64, 4)])
 def test_logra_is_byte_exact(tied: bool, rank: int, embedding_rank: int | None,
-                             oversample: int) -> None:
+                             oversample: int, build) -> None:
     model = build(tied)
     groups = logra_param_groups(model, rank, embedding_rank)
     opt = one_step(model, LoGRA(groups, lr=1e-3, oversample=oversample))
     assert counted_state_bytes(model, "logra", rank=rank, embedding_rank=embedding_rank,
-                       oversample=oversample) == held_bytes(opt)
+                               oversample=oversample) == held_bytes(opt)
 
 
-def test_logra_param_groups_put_embeddings_apart() -> None:
+def test_logra_param_groups_put_embeddings_apart(build) -> None:
     untied = build(tied=False)
     groups = logra_param_groups(untied, rank=16, embedding_rank=None)
     assert groups[1] == {"params": [untied.model.embed_tokens.weight, untied.lm_head.weight],
@@ -116,14 +116,14 @@ def test_logra_param_groups_put_embeddings_apart() -> None:
 
 
 @pytest.mark.parametrize("rank", [8, 40])
-def test_naive_projection_is_byte_exact(rank: int) -> None:
+def test_naive_projection_is_byte_exact(rank: int, build) -> None:
     model = build()
     opt = one_step(model, RandomProjectionAdam(model.parameters(), rank=rank))
     assert counted_state_bytes(model, "naive", rank=rank) == held_bytes(opt)
 
 
 @pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "v_proj"]])
-def test_lora_is_byte_exact(targets) -> None:
+def test_lora_is_byte_exact(targets, build) -> None:
     from peft import LoraConfig, get_peft_model
 
     plain = build()
@@ -156,7 +156,7 @@ def galore_groups(model: nn.Module, rank: int, **extra) -> list[dict]:
 
 
 @pytest.mark.parametrize("rank", [8, 48])
-def test_galore_is_byte_exact(rank: int) -> None:
+def test_galore_is_byte_exact(rank: int, build) -> None:
     galore = pytest.importorskip("galore_torch")
     model = build(tied=False)
     opt = one_step(model, galore.GaLoreAdamW(galore_groups(model, rank),
@@ -165,7 +165,7 @@ def test_galore_is_byte_exact(rank: int) -> None:
 
 
 @pytest.mark.parametrize("rank", [8, 48])
-def test_apollo_is_byte_exact(rank: int) -> None:
+def test_apollo_is_byte_exact(rank: int, build) -> None:
     apollo = pytest.importorskip("apollo_torch")
     model = build(tied=False)
     groups = galore_groups(model, rank, proj="random", scale_type="channel")
@@ -176,13 +176,13 @@ def test_apollo_is_byte_exact(rank: int) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_adafactor_is_byte_exact(dtype: torch.dtype) -> None:
+def test_adafactor_is_byte_exact(dtype: torch.dtype, build) -> None:
     model = build(tied=False, dtype=dtype)
     opt = one_step(model, torch.optim.Adafactor(model.parameters()))
     assert counted_state_bytes(model, "adafactor") == held_bytes(opt)
 
 
-def test_adamw8bit_is_byte_exact() -> None:
+def test_adamw8bit_is_byte_exact(build) -> None:
     bnb = pytest.importorskip("bitsandbytes")
     model = build(tied=False)
     opt = one_step(model, bnb.optim.AdamW8bit(model.parameters()))
@@ -199,7 +199,7 @@ def test_published_formulas_of_one_matrix() -> None:
     assert counted_state_bytes(layer, "galore", rank=r) == 4 * (m * r + 2 * n * r)
     # APOLLO (Zhu et al. 2024): 2nr with the projection regenerated from its seed
     assert counted_state_bytes(layer, "apollo", rank=r, store_projection=False,
-                       norm_limiter=False) == 4 * 2 * n * r
+                               norm_limiter=False) == 4 * 2 * n * r
     assert counted_state_bytes(layer, "apollo", rank=r) == 4 * (m * r + 2 * n * r) + 4
     # Flora (Hao et al. 2024): compressed momentum m·r + Adafactor's factored m + n
     assert counted_state_bytes(layer, "flora", rank=r) == 4 * (m * r + m + n)
