@@ -199,7 +199,6 @@ class DenseUpdate(Update):
         return (delta.square() * self.exp_avg_sq[rows]).sum() / self.bias2
 
 
-
 @dataclass(kw_only=True)
 class BlendUpdate(RankOneFisher, Update):
     """U = (G + P (m̂_L − L)) diag(φ): the current gradient with its part in span(P) replaced by
