@@ -256,7 +256,7 @@ def _embedding_ids(model: nn.Module) -> set[int]:
     return {id(m.weight) for m in modules if m is not None}
 
 
-def state_bytes(optimizer: Optimizer) -> int:
+def measured_state_bytes(optimizer: Optimizer) -> int:
     """Bytes of every tensor the optimizer keeps in `optimizer.state`, each counted once.
 
     Tensors held by objects inside the state (GaLore's, APOLLO's and Fira's projectors keep

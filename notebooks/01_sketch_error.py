@@ -55,12 +55,6 @@ frame = sketch_error.run(cfg)
 print(f"{len(frame):,} measurements in {time.perf_counter() - start:.0f} s (scale={scale!r})")
 print(f"LoGRA's default pseudo-inverse cutoff: rtol = {sketch_error.default_rtol():g}")
 
-
-def show(name: str) -> None:
-    """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
-    report.show_figure(sketch_error.FIGURES[name](frame, cfg), name, figures_dir)
-
-
 # %% [markdown]
 # ## 1 · Reconstruction error against rank
 #
@@ -71,8 +65,8 @@ def show(name: str) -> None:
 # measured on a matrix only where r·(m+n) < m·n).
 
 # %%
-show("sketch_error")
-show("sketch_error_cosine")
+report.show_plot(sketch_error.FIGURES, "sketch_error", frame, cfg, figures_dir)
+report.show_plot(sketch_error.FIGURES, "sketch_error_cosine", frame, cfg, figures_dir)
 report.show_table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_error", figures_dir)
 
 # %% [markdown]
@@ -99,7 +93,7 @@ report.show_table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_e
 # `W_t − W_{t−1}` with AdamW's, averaged over the steps.
 
 # %%
-show("sketch_error_direction")
+report.show_plot(sketch_error.FIGURES, "sketch_error_direction", frame, cfg, figures_dir)
 report.show_table(sketch_error.direction_table(frame, cfg["table_ranks"]),
                   "sketch_error_direction", figures_dir)
 
@@ -120,7 +114,7 @@ report.show_table(sketch_error.direction_table(frame, cfg["table_ranks"]),
 # r ≥ 64.
 
 # %%
-show("sketch_error_aspect")
+report.show_plot(sketch_error.FIGURES, "sketch_error_aspect", frame, cfg, figures_dir)
 report.show_table(sketch_error.aspect_table(frame), "sketch_error_aspect", figures_dir)
 
 # %% [markdown]
@@ -131,7 +125,7 @@ report.show_table(sketch_error.aspect_table(frame), "sketch_error_aspect", figur
 # Sketched optimizers use the same rank r on every matrix; 1-D parameters get dense AdamW.
 
 # %%
-show("sketch_error_training")
+report.show_plot(sketch_error.FIGURES, "sketch_error_training", frame, cfg, figures_dir)
 report.show_table(sketch_error.training_table(frame), "sketch_error_training", figures_dir)
 
 # %% [markdown]

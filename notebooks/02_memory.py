@@ -28,8 +28,9 @@
 #
 # Everything here is counted, not measured: the real architectures (Qwen2.5-1.5B, Qwen2.5-7B,
 # Qwen3-8B, Gemma-3-27B) are built from their published configs on PyTorch's `meta` device (shapes,
-# no storage), and `logra.memory.state_bytes` counts each optimizer's state from the shapes with the
-# rule the optimizer itself uses; the tests check the count against real optimizers to the byte.
+# no storage), and `logra.memory.counted_state_bytes` counts each optimizer's state from the
+# shapes with the rule the optimizer itself uses; the tests check the count against real
+# optimizers to the byte.
 # The per-GPU budget (`logra.memory.budget`) prices weights, gradients, master weights, optimizer
 # state, the reference model, activations, logits and the rollout KV cache under named assumptions
 # (`experiments/memory.yaml`, documented in `logra.memory.Assumptions`).

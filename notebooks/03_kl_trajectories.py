@@ -41,8 +41,6 @@
 # %matplotlib inline
 import time
 
-from IPython.display import Markdown, display
-
 from logra.experiments import kl_trajectories as kt
 from logra.experiments import report
 from logra.experiments.jobs import worker_count
@@ -68,17 +66,6 @@ start = time.perf_counter()
 frame = kt.run(cfg)
 print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")
 
-
-def show(name: str) -> None:
-    """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
-    report.show_figure(kt.FIGURES[name](frame, cfg), name, figures_dir)
-
-
-def table(data, name: str) -> None:
-    """Show a table and write figures_dir/NAME.{csv,md}."""
-    report.show_table(data, name, figures_dir)
-
-
 # %% [markdown]
 # ## 1 · KL to the reference, step by step
 #
@@ -88,8 +75,8 @@ def table(data, name: str) -> None:
 # run from the lowest to the highest seed.
 
 # %%
-show("kl_trajectories")
-table(kt.trajectory_table(frame, cfg), "kl_trajectories")
+report.show_plot(kt.FIGURES, "kl_trajectories", frame, cfg, figures_dir)
+report.show_table(kt.trajectory_table(frame, cfg), "kl_trajectories", figures_dir)
 print(kt.summary(frame, cfg))
 
 # %% [markdown]
@@ -119,9 +106,9 @@ print(kt.summary(frame, cfg))
 # diagonal estimate cannot be used alone.
 
 # %%
-show("kl_calibration")
+report.show_plot(kt.FIGURES, "kl_calibration", frame, cfg, figures_dir)
 calibration = kt.calibration_table(frame)
-table(calibration, "kl_calibration")
+report.show_table(calibration, "kl_calibration", figures_dir)
 print(f"raw diagonal estimate: measured/predicted c = {kt.diagonal_calibration(frame):.3g}")
 
 # %% [markdown]
@@ -131,7 +118,7 @@ print(f"raw diagonal estimate: measured/predicted c = {kt.diagonal_calibration(f
 # the estimate costs: each probe is one forward-mode pass over the step's batch.
 
 # %%
-table(kt.schedule_table(frame), "kl_calibration_schedule")
+report.show_table(kt.schedule_table(frame), "kl_calibration_schedule", figures_dir)
 
 # %% [markdown]
 # ## Claims
@@ -147,6 +134,4 @@ table(kt.schedule_table(frame), "kl_calibration_schedule")
 # %%
 print({k: cfg[k] for k in ("smooth_steps", "c5_window", "c5_factor", "c5_min_kl", "final_steps",
                            "c6_factor")})
-claims = kt.claims(frame, cfg)
-report.save_claims(claims, "kl_trajectories", figures_dir)
-display(Markdown(report.to_markdown(report.claims_frame(claims))))
+report.show_claims(kt.claims(frame, cfg), "kl_trajectories", figures_dir)

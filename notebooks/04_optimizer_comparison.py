@@ -43,8 +43,6 @@
 # %matplotlib inline
 import time
 
-from IPython.display import Markdown, display
-
 from logra.experiments import comparison, report
 from logra.experiments import kl_trajectories as kt
 
@@ -71,29 +69,19 @@ frame = comparison.run(cfg)
 print(f"{frame[['model', 'method', 'seed']].drop_duplicates().shape[0]} runs and base policies "
       f"in {time.perf_counter() - start:.0f} s")
 
-
-def show(name: str) -> None:
-    """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
-    report.show_figure(comparison.FIGURES[name](frame, cfg), name, figures_dir)
-
-
-def table(data, name: str) -> None:
-    """Show a table and write figures_dir/NAME.{csv,md}."""
-    report.show_table(data, name, figures_dir)
-
-
 # %% [markdown]
 # ## 1 · Held-out pass@1, the paper's table
 #
 # Mean ± standard deviation over seeds, in %. "Reported" columns are the report's numbers at
 # its scales (it gives none at 1.5B/7B, only that LoGRA matches or slightly exceeds dense Adam).
 # The proxies' absolute numbers are not comparable with GSM8K or MATH: the comparison is
-# between rows. State is the optimizer's persistent tensors (`logra.rl.state_bytes`); step time
-# is the median GRPO step on one CPU thread with another run beside it.
+# between rows. State is the optimizer's persistent tensors
+# (`logra.optimizers.measured_state_bytes`); step time is the median GRPO step on one CPU thread
+# with another run beside it.
 
 # %%
-table(comparison.comparison_table(frame, cfg), "comparison")
-show("comparison_accuracy")
+report.show_table(comparison.comparison_table(frame, cfg), "comparison", figures_dir)
+report.show_plot(comparison.FIGURES, "comparison_accuracy", frame, cfg, figures_dir)
 
 # %% [markdown]
 # Read every row against "policy before RL" (the dashed line): with the CPU budget of the
@@ -111,8 +99,8 @@ show("comparison_accuracy")
 # on a shared machine, so compare them loosely; notebook 07 times the optimizers side by side.
 
 # %%
-show("comparison_cost")
-table(comparison.runs_table(frame), "comparison_runs")
+report.show_plot(comparison.FIGURES, "comparison_cost", frame, cfg, figures_dir)
+report.show_table(comparison.runs_table(frame), "comparison_runs", figures_dir)
 
 # %% [markdown]
 # ## Claims
@@ -125,6 +113,4 @@ table(comparison.runs_table(frame), "comparison_runs")
 # scales that did not run here get a `needs GPU scale` row with the command.
 
 # %%
-claims = comparison.claims(frame, cfg)
-report.save_claims(claims, "comparison", figures_dir)
-display(Markdown(report.to_markdown(report.claims_frame(claims))))
+report.show_claims(comparison.claims(frame, cfg), "comparison", figures_dir)

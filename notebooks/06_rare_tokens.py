@@ -35,8 +35,6 @@
 # %matplotlib inline
 import time
 
-from IPython.display import Markdown, display
-
 from logra.experiments import rare_tokens, report
 
 # %% tags=["parameters"]
@@ -49,17 +47,6 @@ start = time.perf_counter()
 frame = rare_tokens.run(cfg)
 print(f"{len(frame):,} measurements in {time.perf_counter() - start:.0f} s (scale={scale!r})")
 
-
-def show(name: str) -> None:
-    """Draw figure NAME inline and write figures_dir/NAME.{png,pdf}."""
-    report.show_figure(rare_tokens.FIGURES[name](frame, cfg), name, figures_dir)
-
-
-def table(data, name: str) -> None:
-    """Show a table and write figures_dir/NAME.{csv,md}."""
-    report.show_table(data, name, figures_dir)
-
-
 # %% [markdown]
 # ## (a) How much of the rare part survives
 #
@@ -68,8 +55,8 @@ def table(data, name: str) -> None:
 # min–max over seeds. The table gives the mean over seeds for every rank and share.
 
 # %%
-show("rare_tokens_survival")
-table(rare_tokens.survival_table(frame), "rare_tokens_survival")
+report.show_plot(rare_tokens.FIGURES, "rare_tokens_survival", frame, cfg, figures_dir)
+report.show_table(rare_tokens.survival_table(frame), "rare_tokens_survival", figures_dir)
 
 # %% [markdown]
 # How to read it (the mechanisms, from the update rules):
@@ -92,8 +79,8 @@ table(rare_tokens.survival_table(frame), "rare_tokens_survival")
 # ## (b) Steps to fix a planted rare-token error
 
 # %%
-show("rare_tokens_fix")
-table(rare_tokens.fix_table(frame, cfg), "rare_tokens_fix")
+report.show_plot(rare_tokens.FIGURES, "rare_tokens_fix", frame, cfg, figures_dir)
+report.show_table(rare_tokens.fix_table(frame, cfg), "rare_tokens_fix", figures_dir)
 
 # %% [markdown]
 # ## Claim
@@ -104,6 +91,4 @@ table(rare_tokens.fix_table(frame, cfg), "rare_tokens_fix")
 # "partly".
 
 # %%
-claims = [rare_tokens.c10_claim(frame, cfg)]
-report.save_claims(claims, "rare_tokens", figures_dir)
-display(Markdown(report.to_markdown(report.claims_frame(claims))))
+report.show_claims([rare_tokens.c10_claim(frame, cfg)], "rare_tokens", figures_dir)

@@ -58,19 +58,23 @@ def deterministic_algorithms():
     torch.use_deterministic_algorithms(before, warn_only=warn_only)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tiny_qwen2():
-    """A randomly initialised 2-layer Qwen2 causal LM (~60k parameters), built from a config."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    """tiny_qwen2(seed=0, vocab_size=48, **fields): the tests' one builder of a random Qwen2
+    causal LM (`logra.models.random.random_qwen2`); by default 2 tied layers of width 32, MLP
+    64, 4 heads of which 2 KV (~60k parameters), any config field overridable by `fields`.
 
-    def build(seed: int = 0, vocab_size: int = 48) -> Qwen2ForCausalLM:
+    The global RNG is seeded with `seed` too, so whatever a test draws after building (LoRA's
+    initialisation, ...) is the same on every run and in any test order.
+    """
+    from logra.models.random import random_qwen2
+
+    def build(seed: int = 0, vocab_size: int = 48, **fields):
         torch.manual_seed(seed)
-        config = Qwen2Config(
-            vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-            tie_word_embeddings=True,
-        )
-        return Qwen2ForCausalLM(config)
+        shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                     tie_word_embeddings=True)
+        return random_qwen2(seed=seed, vocab_size=vocab_size, **{**shape, **fields})
 
     return build
 

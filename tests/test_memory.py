@@ -23,8 +23,8 @@ from logra.memory import (
     ARCHITECTURES,
     architecture,
     count_params,
+    counted_state_bytes,
     logra_param_groups,
-    state_bytes,
     state_table,
 )
 from logra.memory.params import embedding_params
@@ -52,20 +52,20 @@ def held_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(t.nbytes for t in seen.values())
 
 
-def build(tied: bool = True, dtype: torch.dtype = torch.float32, seed: int = 0) -> nn.Module:
-    """A 2-layer Qwen2 with tensors on both sides of every threshold the rules have.
+@pytest.fixture
+def build(tiny_qwen2):
+    """build(tied=True, dtype=fp32): a 2-layer Qwen2 with tensors on both sides of every
+    threshold the rules have.
 
     Embedding 512×64 (sketched or dense by rank, 8-bit), q/o 64×64 (exactly bitsandbytes'
     4,096-element minimum), k/v 32×64 (below it; sketched at r=16, dense fallback at r=24),
     MLP 160×64, 1-D biases and norms.
     """
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    def build_model(tied: bool = True, dtype: torch.dtype = torch.float32) -> nn.Module:
+        return tiny_qwen2(vocab_size=512, hidden_size=64, intermediate_size=160,
+                          tie_word_embeddings=tied).to(dtype)
 
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=160,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, tie_word_embeddings=tied)
-    return Qwen2ForCausalLM(config).to(dtype)
+    return build_model
 
 
 def one_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -77,34 +77,34 @@ def one_step(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.
 
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_adamw_is_byte_exact(tied: bool, dtype: torch.dtype) -> None:
+def test_adamw_is_byte_exact(tied: bool, dtype: torch.dtype, build) -> None:
     model = build(tied, dtype)
     opt = one_step(model, torch.optim.AdamW(model.parameters()))
-    assert state_bytes(model, "adamw") == held_bytes(opt)
+    assert counted_state_bytes(model, "adamw") == held_bytes(opt)
     # torch keeps the moments in the parameters' dtype; a bf16 model has half the moment bytes
-    fp32 = state_bytes(model, "adamw", state_dtype="float32")
+    fp32 = counted_state_bytes(model, "adamw", state_dtype="float32")
     assert fp32 == held_bytes(opt) if dtype == torch.float32 else fp32 > held_bytes(opt)
 
 
-def test_adamw_amsgrad_is_byte_exact() -> None:
+def test_adamw_amsgrad_is_byte_exact(build) -> None:
     model = build()
     opt = one_step(model, torch.optim.AdamW(model.parameters(), amsgrad=True))
-    assert state_bytes(model, "adamw", amsgrad=True) == held_bytes(opt)
+    assert counted_state_bytes(model, "adamw", amsgrad=True) == held_bytes(opt)
 
 
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize(("rank", "embedding_rank", "oversample"),
                          [(16, 8, 0), (24, None, 0), (16, 64, 4)])
 def test_logra_is_byte_exact(tied: bool, rank: int, embedding_rank: int | None,
-                             oversample: int) -> None:
+                             oversample: int, build) -> None:
     model = build(tied)
     groups = logra_param_groups(model, rank, embedding_rank)
     opt = one_step(model, LoGRA(groups, lr=1e-3, oversample=oversample))
-    assert state_bytes(model, "logra", rank=rank, embedding_rank=embedding_rank,
-                       oversample=oversample) == held_bytes(opt)
+    assert counted_state_bytes(model, "logra", rank=rank, embedding_rank=embedding_rank,
+                               oversample=oversample) == held_bytes(opt)
 
 
-def test_logra_param_groups_put_embeddings_apart() -> None:
+def test_logra_param_groups_put_embeddings_apart(build) -> None:
     untied = build(tied=False)
     groups = logra_param_groups(untied, rank=16, embedding_rank=None)
     assert groups[1] == {"params": [untied.model.embed_tokens.weight, untied.lm_head.weight],
@@ -116,14 +116,14 @@ def test_logra_param_groups_put_embeddings_apart() -> None:
 
 
 @pytest.mark.parametrize("rank", [8, 40])
-def test_naive_projection_is_byte_exact(rank: int) -> None:
+def test_naive_projection_is_byte_exact(rank: int, build) -> None:
     model = build()
     opt = one_step(model, RandomProjectionAdam(model.parameters(), rank=rank))
-    assert state_bytes(model, "naive", rank=rank) == held_bytes(opt)
+    assert counted_state_bytes(model, "naive", rank=rank) == held_bytes(opt)
 
 
 @pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "v_proj"]])
-def test_lora_is_byte_exact(targets) -> None:
+def test_lora_is_byte_exact(targets, build) -> None:
     from peft import LoraConfig, get_peft_model
 
     plain = build()
@@ -131,8 +131,8 @@ def test_lora_is_byte_exact(targets) -> None:
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     opt = one_step(peft_model, torch.optim.AdamW(trainable))
     held = held_bytes(opt)
-    assert state_bytes(peft_model, "lora") == held
-    assert state_bytes(plain, "lora", rank=4, target_modules=targets) == held
+    assert counted_state_bytes(peft_model, "lora") == held
+    assert counted_state_bytes(plain, "lora", rank=4, target_modules=targets) == held
     # the plain model is left as it was: no adapters, nothing frozen
     assert all(p.requires_grad and not p.is_meta for p in plain.parameters())
 
@@ -141,7 +141,7 @@ def test_lora_counts_only_the_adapters_of_a_meta_model() -> None:
     with torch.device("meta"):
         layer = nn.Sequential(nn.Linear(1024, 256, bias=False))
     # one adapter pair A: 4×1024, B: 256×4, AdamW fp32 moments + two step tensors
-    assert state_bytes(layer, "lora", rank=4, target_modules=["0"]) == (
+    assert counted_state_bytes(layer, "lora", rank=4, target_modules=["0"]) == (
         2 * 4 * 4 * (1024 + 256) + 2 * 4)
 
 
@@ -156,37 +156,37 @@ def galore_groups(model: nn.Module, rank: int, **extra) -> list[dict]:
 
 
 @pytest.mark.parametrize("rank", [8, 48])
-def test_galore_is_byte_exact(rank: int) -> None:
+def test_galore_is_byte_exact(rank: int, build) -> None:
     galore = pytest.importorskip("galore_torch")
     model = build(tied=False)
     opt = one_step(model, galore.GaLoreAdamW(galore_groups(model, rank),
                                              no_deprecation_warning=True))
-    assert state_bytes(model, "galore", rank=rank) == held_bytes(opt)
+    assert counted_state_bytes(model, "galore", rank=rank) == held_bytes(opt)
 
 
 @pytest.mark.parametrize("rank", [8, 48])
-def test_apollo_is_byte_exact(rank: int) -> None:
+def test_apollo_is_byte_exact(rank: int, build) -> None:
     apollo = pytest.importorskip("apollo_torch")
     model = build(tied=False)
     groups = galore_groups(model, rank, proj="random", scale_type="channel")
     opt = one_step(model, apollo.APOLLOAdamW(groups))
-    assert state_bytes(model, "apollo", rank=rank) == held_bytes(opt)
+    assert counted_state_bytes(model, "apollo", rank=rank) == held_bytes(opt)
     # and over a second step (the norm-growth limiter's scalar exists from step 1 on)
-    assert state_bytes(model, "apollo", rank=rank) == held_bytes(one_step(model, opt))
+    assert counted_state_bytes(model, "apollo", rank=rank) == held_bytes(one_step(model, opt))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_adafactor_is_byte_exact(dtype: torch.dtype) -> None:
+def test_adafactor_is_byte_exact(dtype: torch.dtype, build) -> None:
     model = build(tied=False, dtype=dtype)
     opt = one_step(model, torch.optim.Adafactor(model.parameters()))
-    assert state_bytes(model, "adafactor") == held_bytes(opt)
+    assert counted_state_bytes(model, "adafactor") == held_bytes(opt)
 
 
-def test_adamw8bit_is_byte_exact() -> None:
+def test_adamw8bit_is_byte_exact(build) -> None:
     bnb = pytest.importorskip("bitsandbytes")
     model = build(tied=False)
     opt = one_step(model, bnb.optim.AdamW8bit(model.parameters()))
-    assert state_bytes(model, "adamw8bit") == held_bytes(opt)
+    assert counted_state_bytes(model, "adamw8bit") == held_bytes(opt)
     assert state_table(model, "adamw8bit")["(shared)"] == 2048  # the two quantile maps, once
 
 
@@ -196,29 +196,30 @@ def test_published_formulas_of_one_matrix() -> None:
     with torch.device("meta"):
         layer = nn.Linear(n, m, bias=False)
     # GaLore (Zhao et al. 2024, Table 1): projection mr + moments 2nr
-    assert state_bytes(layer, "galore", rank=r) == 4 * (m * r + 2 * n * r)
+    assert counted_state_bytes(layer, "galore", rank=r) == 4 * (m * r + 2 * n * r)
     # APOLLO (Zhu et al. 2024): 2nr with the projection regenerated from its seed
-    assert state_bytes(layer, "apollo", rank=r, store_projection=False,
-                       norm_limiter=False) == 4 * 2 * n * r
-    assert state_bytes(layer, "apollo", rank=r) == 4 * (m * r + 2 * n * r) + 4
+    assert counted_state_bytes(layer, "apollo", rank=r, store_projection=False,
+                               norm_limiter=False) == 4 * 2 * n * r
+    assert counted_state_bytes(layer, "apollo", rank=r) == 4 * (m * r + 2 * n * r) + 4
     # Flora (Hao et al. 2024): compressed momentum m·r + Adafactor's factored m + n
-    assert state_bytes(layer, "flora", rank=r) == 4 * (m * r + m + n)
+    assert counted_state_bytes(layer, "flora", rank=r) == 4 * (m * r + m + n)
     # Adafactor (Shazeer & Stern 2018): row and column factors, + a step tensor
-    assert state_bytes(layer, "adafactor") == 4 * (m + n) + 4
-    assert state_bytes(layer, "adafactor", momentum=True) == 4 * (m + n + m * n) + 4
+    assert counted_state_bytes(layer, "adafactor") == 4 * (m + n) + 4
+    assert counted_state_bytes(layer, "adafactor", momentum=True) == 4 * (m + n + m * n) + 4
     # 8-bit Adam (Dettmers et al. 2022): 1 B per moment entry, fp32 absmax per 256-block
-    assert state_bytes(layer, "adamw8bit") == 2 * m * n + 2 * 4 * (m * n // 256) + 2 * 1024
+    assert counted_state_bytes(layer, "adamw8bit") == 2 * m * n + 2 * 4 * (m * n // 256) + 2 * 1024
 
 
 def test_c1_layer_to_the_byte() -> None:
     """4096×4096 at r=16: 1,048,576 B for LoGRA vs 134,217,728 B for AdamW (moments only)."""
     with torch.device("meta"):
         layer = nn.Linear(4096, 4096, bias=False)
-    assert state_bytes(layer, "logra", rank=16, include_step=False) == 1_048_576
-    assert state_bytes(layer, "adamw", state_dtype="float32", include_step=False) == 134_217_728
+    assert counted_state_bytes(layer, "logra", rank=16, include_step=False) == 1_048_576
+    assert counted_state_bytes(layer, "adamw", state_dtype="float32",
+                               include_step=False) == 134_217_728
     # with the 0-d fp32 step tensor each keeps
-    assert state_bytes(layer, "logra", rank=16) == 1_048_580
-    assert state_bytes(layer, "adamw", state_dtype="float32") == 134_217_732
+    assert counted_state_bytes(layer, "logra", rank=16) == 1_048_580
+    assert counted_state_bytes(layer, "adamw", state_dtype="float32") == 134_217_732
 
 
 def test_rules_follow_the_optimizers_shape_rules() -> None:
@@ -254,11 +255,11 @@ def test_embedding_example_of_qwen3_8b() -> None:
 COUNT_27B = r"""
 import json, resource, torch
 torch.set_num_threads(1)
-from logra.memory import OPTIMIZERS, architecture, state_bytes
+from logra.memory import OPTIMIZERS, architecture, counted_state_bytes
 
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, after the imports
 model = architecture("gemma-3-27b").build()
-counts = {opt: state_bytes(model, opt) for opt in OPTIMIZERS if opt != "lora"}
+counts = {opt: counted_state_bytes(model, opt) for opt in OPTIMIZERS if opt != "lora"}
 print(json.dumps({
     "grown_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024,
     "meta": all(p.is_meta for p in model.parameters()), "adamw": counts["adamw"],
@@ -284,12 +285,12 @@ def test_bad_input_names_the_valid_choices() -> None:
     with torch.device("meta"):
         layer = nn.Linear(8, 8)
     with pytest.raises(ValueError, match=r"valid: .*'logra'"):
-        state_bytes(layer, "sgd")
+        counted_state_bytes(layer, "sgd")
     with pytest.raises(ValueError, match=r"valid: .*'rank'"):
-        state_bytes(layer, "logra", rnak=4)
+        counted_state_bytes(layer, "logra", rnak=4)
     with pytest.raises(ValueError, match="rank must be an int"):
-        state_bytes(layer, "logra", rank=0)
+        counted_state_bytes(layer, "logra", rank=0)
     with pytest.raises(ValueError, match=r"valid: .*'bf16'"):
-        state_bytes(layer, "adamw", state_dtype="float8")
+        counted_state_bytes(layer, "adamw", state_dtype="float8")
     with pytest.raises(ValueError, match=r"valid: .*'gemma-3-27b'"):
         architecture("llama-70b")

@@ -22,7 +22,7 @@ from logra.models import (
     prepare,
     warmup,
 )
-from logra.models.ladder import Architecture, ScaleSpec, Warmup
+from logra.models.ladder import ProxyArchitecture, ScaleSpec, Warmup
 from logra.models.tokenizer import char_tokenizer
 from logra.models.warmup import warm_up
 
@@ -147,7 +147,8 @@ def test_cli_prepare_for_a_hub_scale(capsys) -> None:
 
 def _tiny_model() -> tuple[Qwen2ForCausalLM, object]:
     tokenizer = char_tokenizer()
-    spec = ScaleSpec("tiny", "test", arch=Architecture(32, 2, 2, 64), warmup=Warmup(max_steps=1))
+    spec = ScaleSpec("tiny", "test", arch=ProxyArchitecture(32, 2, 2, 64),
+                     warmup=Warmup(max_steps=1))
     torch.manual_seed(0)
     return Qwen2ForCausalLM(build.qwen2_config(spec, tokenizer)), tokenizer
 

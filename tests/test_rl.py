@@ -8,12 +8,18 @@ import math
 import pytest
 import torch
 from torch.distributions import Categorical, kl_divergence
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from logra.config import EXPERIMENTS_DIR, ConfigError
 from logra.models.tokenizer import char_tokenizer
 from logra.optim.kl import categorical_kl
-from logra.optimizers import OPTIMIZERS, build_optimizer, check_optimizer, state_bytes, wrap_model
+from logra.optimizers import (
+    OPTIMIZERS,
+    build_optimizer,
+    check_optimizer,
+    measured_state_bytes,
+    wrap_model,
+)
 from logra.rl import config as cfg
 from logra.rl import runner
 from logra.rl.grpo import ADVANTAGE_EPS, group_advantages, grpo_loss, k3
@@ -126,15 +132,13 @@ def test_response_mask_keeps_tokens_through_the_first_end_token() -> None:
 
 
 @pytest.fixture(scope="module")
-def char_policy():
+def char_policy(tiny_qwen2):
     """A random Qwen2 over the proxies' character tokenizer (no warm-up needed)."""
     tokenizer = char_tokenizer()
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
-    return Qwen2ForCausalLM(config).eval(), tokenizer
+    model = tiny_qwen2(vocab_size=len(tokenizer), num_attention_heads=2,
+                       max_position_embeddings=32768, pad_token_id=tokenizer.pad_token_id,
+                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    return model.eval(), tokenizer
 
 
 def test_left_padded_scoring_matches_each_sequence_alone(char_policy) -> None:
@@ -176,7 +180,8 @@ def test_adamw_state_bytes_are_two_moments_and_lora_trains_only_adapters(char_po
         p.grad = torch.ones_like(p)
     dense.step()
     numel = sum(p.numel() for p in params)
-    assert state_bytes(dense) == 2 * 4 * numel + 4 * len(params)  # fp32 moments + step scalars
+    # fp32 moments + step scalars
+    assert measured_state_bytes(dense) == 2 * 4 * numel + 4 * len(params)
     for p in params:
         p.grad = None
 

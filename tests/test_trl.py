@@ -14,7 +14,6 @@ import torch
 trl = pytest.importorskip("trl")
 
 import datasets  # noqa: E402
-from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from logra import LoGRA  # noqa: E402
 from logra.integrations.trainer import add_logra_metrics, unwrap  # noqa: E402
@@ -26,23 +25,14 @@ METRICS = ("logra/predicted_kl", "logra/gamma", "logra/clipped", "logra/kl_probe
            "logra/kl_scale", "logra/skipped_steps")
 
 
-def proxy_policy(tokenizer) -> Qwen2ForCausalLM:
-    """A random two-layer Qwen2 over the character vocabulary (built from a config, no files)."""
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    ))
-
-
 def digit_share(completions: list[str], **_) -> list[float]:
     """Reward: the share of digits in a completion (varies within a group from the start)."""
     return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
 
 
-def grpo_setup(tmp_path: Path):
+def grpo_setup(tmp_path: Path, tiny_qwen2):
+    """A random two-layer Qwen2 over the character vocabulary, its tokenizer, prompts and a
+    GRPOConfig of `STEPS` steps."""
     tokenizer = char_tokenizer()
     prompts = datasets.Dataset.from_dict({"prompt": [f"{a}+{b}=" for a in range(4)
                                                      for b in range(4)]})
@@ -51,7 +41,10 @@ def grpo_setup(tmp_path: Path):
         max_completion_length=8, max_steps=STEPS, logging_steps=1, learning_rate=1e-2,
         report_to="none", use_cpu=True, save_strategy="no", seed=0, disable_tqdm=True,
     )
-    return proxy_policy(tokenizer), tokenizer, prompts, config
+    policy = tiny_qwen2(vocab_size=len(tokenizer), num_attention_heads=2, num_key_value_heads=1,
+                        max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+                        eos_token_id=tokenizer.eos_token_id)
+    return policy, tokenizer, prompts, config
 
 
 # the default KL estimate (calibrated by JVP probes of TRL's batch), δ small enough to clip
@@ -76,8 +69,8 @@ def check_training(trainer, before: dict[str, torch.Tensor]) -> None:
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
 
 
-def test_grpo_trainer_with_a_ready_made_logra(tmp_path: Path) -> None:
-    model, tokenizer, prompts, config = grpo_setup(tmp_path)
+def test_grpo_trainer_with_a_ready_made_logra(tmp_path: Path, tiny_qwen2) -> None:
+    model, tokenizer, prompts, config = grpo_setup(tmp_path, tiny_qwen2)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer = LoGRA(model.parameters(), lr=config.learning_rate, **LOGRA)
     trainer = trl.GRPOTrainer(model, digit_share, args=config, train_dataset=prompts,
@@ -88,8 +81,8 @@ def test_grpo_trainer_with_a_ready_made_logra(tmp_path: Path) -> None:
     check_training(trainer, before)
 
 
-def test_grpo_trainer_subclass_builds_logra(tmp_path: Path) -> None:
-    model, tokenizer, prompts, config = grpo_setup(tmp_path)
+def test_grpo_trainer_subclass_builds_logra(tmp_path: Path, tiny_qwen2) -> None:
+    model, tokenizer, prompts, config = grpo_setup(tmp_path, tiny_qwen2)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = LoGRAGRPOTrainer(model, digit_share, args=config, train_dataset=prompts,
                                processing_class=tokenizer, logra=dict(LOGRA, embedding_rank=8))
@@ -108,8 +101,8 @@ def test_grpo_trainer_subclass_builds_logra(tmp_path: Path) -> None:
         print({key: row[key] for key in ("step", "reward", *METRICS)})
 
 
-def test_subclass_refuses_a_second_optimizer_and_fixed_options(tmp_path: Path) -> None:
-    model, tokenizer, prompts, config = grpo_setup(tmp_path)
+def test_subclass_refuses_a_second_optimizer_and_fixed_options(tmp_path: Path, tiny_qwen2) -> None:
+    model, tokenizer, prompts, config = grpo_setup(tmp_path, tiny_qwen2)
     with pytest.raises(ValueError, match="logra="):
         LoGRAGRPOTrainer(model, digit_share, args=config, train_dataset=prompts,
                          processing_class=tokenizer,

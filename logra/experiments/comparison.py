@@ -15,7 +15,8 @@ RL ("base") is evaluated the same way.
     model, method, seed, task, accuracy    greedy pass@1 (0–1)
     final_kl        exact mean per-token KL(π_θ ‖ π_ref) at the last step (mean of the last
                     `final_steps`=5 steps)
-    state_bytes     bytes of the optimizer's state (`logra.rl.state_bytes`) at the last step
+    state_bytes     bytes of the optimizer's state at the last step
+                    (`logra.optimizers.measured_state_bytes`)
     step_seconds    median wall time of a GRPO step (evaluation excluded)
     steps           GRPO steps of the run
 

@@ -30,10 +30,10 @@ from logra.memory import (
     ModelStats,
     architecture,
     count_params,
+    counted_state_bytes,
     model_stats,
     oom_step,
     simulate,
-    state_bytes,
 )
 from logra.memory.budget import GIB, STATIC, TRAINING, budget, max_fitting_length
 
@@ -80,7 +80,7 @@ def _model(name: str) -> nn.Module:
 
 
 def _options(cfg: dict, variant: str) -> tuple[str, dict]:
-    """The optimizer and `state_bytes` options of a row of the state table."""
+    """The optimizer and `counted_state_bytes` options of a row of the state table."""
     if variant not in LABELS:
         raise ValueError(f"unknown variant {variant!r}; valid: {list(LABELS)}")
     r, er = cfg["rank"], cfg["embedding_rank"]
@@ -379,8 +379,8 @@ def c1_bytes() -> dict[str, int]:
     with torch.device("meta"):
         layer = nn.Linear(*C1_SHAPE, bias=False)
     return {
-        "adamw": state_bytes(layer, "adamw", state_dtype="float32", include_step=False),
-        "logra": state_bytes(layer, "logra", rank=C1_RANK, include_step=False),
+        "adamw": counted_state_bytes(layer, "adamw", state_dtype="float32", include_step=False),
+        "logra": counted_state_bytes(layer, "logra", rank=C1_RANK, include_step=False),
     }
 
 
@@ -443,7 +443,7 @@ def c3_conventions(model: str = "gemma-3-27b") -> pd.DataFrame:
 def _c3() -> ClaimRow:
     params = count_params(_model("gemma-3-27b"))[0]
     table = c3_conventions("gemma-3-27b")
-    torch_state = state_bytes(_model("gemma-3-27b"), "adamw", include_step=False)
+    torch_state = counted_state_bytes(_model("gemma-3-27b"), "adamw", include_step=False)
     # rule: each statement's number must match a convention within 1 %; the statements agree
     # if some dtype of Adam's moments serves both
     near = (table["gb"] / C3_ADDITIONAL_GB - 1).abs() < 0.01

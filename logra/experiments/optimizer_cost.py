@@ -30,8 +30,8 @@ Device and dtype (`device`, `dtype`): the parameters and gradients live there in
 dtype). On CUDA a step is timed by CUDA events around it (the queue drained before), and the
 table adds, per optimizer, the memory allocated between steps (`allocated_bytes`: weights,
 gradients, state, LoGRA's projection cache), what the accountant predicts for it
-(`predicted_bytes`: weights + gradients + `logra.memory.state_bytes`, AdamW and LoGRA only) and
-the step's own peak above it (`step_peak_bytes`, from `torch.cuda.max_memory_allocated`).
+(`predicted_bytes`: weights + gradients + `logra.memory.counted_state_bytes`, AdamW and LoGRA
+only) and the step's own peak above it (`step_peak_bytes`, from `torch.cuda.max_memory_allocated`).
 
 AdamW's memory-traffic bound: a step must read p, g, m, v and write p, m, v, i.e. 28 bytes per
 fp32 parameter (14 in bf16); at the copy bandwidth B measured in the same run on the same device
@@ -53,12 +53,12 @@ from torch import nn
 from torch.optim import Optimizer
 
 from logra.config import load_config
-from logra.memory import state_bytes as predicted_state_bytes
+from logra.memory import counted_state_bytes
 from logra.memory.state import as_dtype
 from logra.optim import LoGRA, RandomProjectionAdam
 from logra.optim import sketch as sk
 from logra.optim.hyperparameters import KL_ESTIMATORS
-from logra.optimizers import PROJECTION_GAP, REGISTRY, build_optimizer, state_bytes
+from logra.optimizers import PROJECTION_GAP, REGISTRY, build_optimizer, measured_state_bytes
 
 BASELINE = "adamw"
 FUSED = "adamw-fused"
@@ -216,7 +216,7 @@ def measure_case(case: str, cfg: dict[str, Any]) -> pd.DataFrame:
             median += max(first_step[name] - median, 0.0) / PROJECTION_GAP
         optimizer = optimizers[name]
         row = dict(case=case, numel=numel, optimizer=name, step_ms=1e3 * median,
-                   state_bytes=state_bytes(optimizer),
+                   state_bytes=measured_state_bytes(optimizer),
                    cache_bytes=projection_cache_bytes(optimizer))
         if device.type == "cuda":
             row.update(allocated_bytes=allocated[name], step_peak_bytes=peaks[name],
@@ -237,13 +237,14 @@ def projection_cache_bytes(optimizer: Optimizer) -> int:
 
 def predicted_bytes(model: nn.Module, name: str, cfg: dict[str, Any]) -> float:
     """What the accountant predicts is allocated between steps: weights, gradients (both in the
-    parameters' dtype) and `logra.memory.state_bytes` (AdamW and LoGRA; NaN for the others)."""
+    parameters' dtype) and `logra.memory.counted_state_bytes` (AdamW and LoGRA; NaN for the
+    others)."""
     weights = sum(p.nbytes for p in model.parameters())
     if name.startswith("adamw"):
-        state = predicted_state_bytes(model, "adamw")
+        state = counted_state_bytes(model, "adamw")
     elif name.startswith("logra-r"):
         rank = int(name.removeprefix("logra-r").split("-")[0])
-        state = predicted_state_bytes(model, "logra", rank=rank, embedding_rank=rank)
+        state = counted_state_bytes(model, "logra", rank=rank, embedding_rank=rank)
     else:
         return math.nan
     return 2 * weights + state

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -18,6 +20,8 @@ from logra.paths import FIGURES_SCALE, figures_dir
 
 FIGURES_DIR = figures_dir(FIGURES_SCALE)  # the committed figures/
 VERDICTS = ("reproduced", "not reproduced", "partly", "needs GPU scale", "inconsistent as reported")
+# An experiment's figure from its results frame and config: the values of its FIGURES
+Plot = Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,15 @@ def show_figure(fig: plt.Figure, name: str, out_dir: str | Path = FIGURES_DIR) -
 
     display(fig)
     save_figure(fig, name, out_dir)
+
+
+def show_plot(
+    plots: Mapping[str, Plot], name: str, frame: pd.DataFrame, cfg: dict[str, Any],
+    out_dir: str | Path = FIGURES_DIR,
+) -> None:
+    """In a notebook: draw `plots[name](frame, cfg)` (an experiment's FIGURES) inline and write
+    it as NAME.{png,pdf} (`show_figure`): a figure's key is its file name."""
+    show_figure(plots[name](frame, cfg), name, out_dir)
 
 
 def show_table(frame: pd.DataFrame, name: str, out_dir: str | Path = FIGURES_DIR) -> None:

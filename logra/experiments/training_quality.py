@@ -22,8 +22,8 @@ optimizer of `methods` (each an entry of `logra.optimizers` with its settings):
               run, as their recipes do (200 of 10,000 steps), whatever the run's length
 
 Per run: validation loss every `eval_every` steps, test loss at the end (nats per byte, on fixed
-windows), the bytes of tensors in the optimizer's state (`logra.optimizers.state_bytes`), and
-the median step time. Runs are cached under <results_dir>/training_quality/ by their settings
+windows), the bytes of tensors in the optimizer's state (`logra.optimizers.measured_state_bytes`),
+and the median step time. Runs are cached under <results_dir>/training_quality/ by their settings
 and `VERSION`, written atomically, so a rerun or an added optimizer redoes only what is missing.
 The comparison with AdamW is paired by seed: each optimizer's test loss minus AdamW's on the same
 seed, with a 95 % t interval over the seeds; an interval that holds 0 is "no difference".
@@ -49,7 +49,7 @@ from logra import io
 from logra.config import ConfigError, load_config
 from logra.experiments.jobs import run_jobs, worker_count
 from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
-from logra.optimizers import REGISTRY, build_optimizer, spec, state_bytes, wrap_model
+from logra.optimizers import REGISTRY, build_optimizer, measured_state_bytes, spec, wrap_model
 
 EXPERIMENT = "training_quality"
 NOTEBOOK = "10_training_quality"
@@ -241,7 +241,7 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
         **asdict(run), label=label(cfg, run.method), diverged=diverged, curve=curve,
         validation_loss=math.inf if diverged else curve[-1]["validation_loss"],
         test_loss=math.inf if diverged else test_loss,
-        state_bytes=state_bytes(optimizer),
+        state_bytes=measured_state_bytes(optimizer),
         trainable=sum(p.numel() for p in trainable),
         step_ms=1000 * statistics.median(seconds[min(5, len(seconds) - 1):]),
         threads=cfg["threads"],

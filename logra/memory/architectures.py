@@ -28,7 +28,7 @@ from logra.memory.params import embedding_params
 
 
 @dataclass(frozen=True)
-class Architecture:
+class PublishedArchitecture:
     """A published architecture: its config class and arguments, and its published size."""
 
     name: str
@@ -53,31 +53,31 @@ class Architecture:
             return AutoModelForCausalLM.from_config(self.config(), dtype=dtype)
 
 
-ARCHITECTURES: dict[str, Architecture] = {
+ARCHITECTURES: dict[str, PublishedArchitecture] = {
     a.name: a
     for a in (
-        Architecture(
+        PublishedArchitecture(
             "qwen2.5-1.5b", "Qwen2.5-1.5B", "Qwen2Config",
             dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                  num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
                  tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1e6),
             1.54e9, 1.31e9, "Qwen2.5-1.5B(-Instruct) model card",
         ),
-        Architecture(
+        PublishedArchitecture(
             "qwen2.5-7b", "Qwen2.5-7B", "Qwen2Config",
             dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                  num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
                  tie_word_embeddings=False, max_position_embeddings=32768, rope_theta=1e6),
             7.61e9, 6.53e9, "Qwen2.5-7B(-Instruct) model card",
         ),
-        Architecture(
+        PublishedArchitecture(
             "qwen3-8b", "Qwen3-8B", "Qwen3Config",
             dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                  num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
                  tie_word_embeddings=False, max_position_embeddings=40960, rope_theta=1e6),
             8.2e9, 6.95e9, "Qwen3-8B model card",
         ),
-        Architecture(
+        PublishedArchitecture(
             "gemma-3-27b", "Gemma-3-27B", "Gemma3TextConfig",
             dict(hidden_size=5376, intermediate_size=21504, num_hidden_layers=62,
                  num_attention_heads=32, num_key_value_heads=16, head_dim=128,
@@ -89,7 +89,7 @@ ARCHITECTURES: dict[str, Architecture] = {
 }
 
 
-def architecture(name: str) -> Architecture:
+def architecture(name: str) -> PublishedArchitecture:
     """Look up an architecture by name; a ValueError names the valid ones."""
     if name not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {name!r}; valid: {sorted(ARCHITECTURES)}")

@@ -46,7 +46,7 @@ import pandas as pd
 from torch import nn
 
 from logra.memory.params import embedding_params, is_peft_model, with_lora
-from logra.memory.state import state_bytes
+from logra.memory.state import counted_state_bytes
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3")
 GIB = 2**30
@@ -188,7 +188,7 @@ class ModelStats:
 
 
 def model_stats(model: nn.Module, optimizer: str, **options) -> ModelStats:
-    """Count `model` once for the budget. `options` go to `state_bytes` (for "lora", `rank`
+    """Count `model` once for the budget. `options` go to `counted_state_bytes` (for "lora", `rank`
     and `target_modules` choose the adapters of a plain model)."""
     if optimizer == "lora" and not is_peft_model(model):
         adapter = {k: options.pop(k) for k in ("rank", "target_modules") if k in options}
@@ -205,7 +205,7 @@ def model_stats(model: nn.Module, optimizer: str, **options) -> ModelStats:
         trainable=sum(p.numel() for p in model.parameters() if p.requires_grad),
         layer_params=layer,
         largest_unit=max([layer, *embeddings]),
-        state_bytes=state_bytes(model, optimizer, **options),
+        state_bytes=counted_state_bytes(model, optimizer, **options),
         reference_shared=optimizer == "lora",
     )
 

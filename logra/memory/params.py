@@ -65,7 +65,7 @@ def logra_param_groups(
     """Param groups for `logra.optim.LoGRA`: matrices at `rank`, embeddings at their own rank.
 
     `embedding_rank=None` puts the embeddings in a `sketch=False` group (dense AdamW moments).
-    Empty groups are left out. `state_bytes(model, "logra", rank=..., embedding_rank=...)`
+    Empty groups are left out. `counted_state_bytes(model, "logra", rank=..., embedding_rank=...)`
     counts exactly the state an optimizer built from these groups allocates.
     """
     embeddings = embedding_params(model)

@@ -1,7 +1,7 @@
 """Exact optimizer-state bytes from parameter shapes alone.
 
-`state_bytes(model, optimizer, **options)` counts the bytes of every tensor an optimizer keeps
-between steps, for a model whose parameters may live on the `meta` device. Notation: a matrix
+`counted_state_bytes(model, optimizer, **options)` counts the bytes of every tensor an optimizer
+keeps between steps, for a model whose parameters may live on the `meta` device. Notation: a matrix
 parameter W ∈ R^{m×n} (a tensor of more dims is viewed as shape[0] × rest, as LoGRA does), N its
 number of elements, b(·) bytes per element, r the rank. Per parameter:
 
@@ -69,7 +69,7 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 
-def state_bytes(model: nn.Module, optimizer: str, **options) -> int:
+def counted_state_bytes(model: nn.Module, optimizer: str, **options) -> int:
     """Bytes of optimizer state for `model`'s trainable parameters; see the module docstring."""
     return sum(state_table(model, optimizer, **options).values())
 

@@ -2,7 +2,8 @@
 
 A proxy is a Qwen2-architecture model trained from scratch by supervised warm-up (see
 `logra.models.warmup`) on a mixture of gsm-synth and math-synth, so one policy can be evaluated
-on both. Its `Architecture` and `Warmup` fully define it: they are what `build_config.json` hashes.
+on both. Its `ProxyArchitecture` and `Warmup` fully define it: they are what `build_config.json`
+hashes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Architecture:
+class ProxyArchitecture:
     """Qwen2Config fields of a proxy (the vocabulary comes from the tokenizer)."""
 
     hidden_size: int
@@ -56,7 +57,7 @@ class ScaleSpec:
     name: str
     description: str
     hub_id: str | None = None
-    arch: Architecture | None = None
+    arch: ProxyArchitecture | None = None
     warmup: Warmup | None = None
 
     @property
@@ -70,8 +71,8 @@ SCALES: dict[str, ScaleSpec] = {
         ScaleSpec(
             "smoke",
             "tiny Qwen2 (24k parameters), seconds of warm-up, accuracy ~0; for the tests",
-            arch=Architecture(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                              intermediate_size=64),
+            arch=ProxyArchitecture(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64),
             warmup=Warmup(max_steps=20, batch_size=8, lr_warmup_steps=5, eval_every=10,
                           eval_examples=8, stop_accuracy=None, band=None, test_examples=16,
                           max_new_tokens=24, eval_batch_size=16, checkpoint_every=10),
@@ -79,22 +80,22 @@ SCALES: dict[str, ScaleSpec] = {
         ScaleSpec(
             "proxy-1m",
             "Qwen2, 1.06M parameters (4 layers × 128), character vocabulary; minutes on a core",
-            arch=Architecture(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-                              intermediate_size=512),
+            arch=ProxyArchitecture(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                                   intermediate_size=512),
             warmup=Warmup(max_steps=2000),
         ),
         ScaleSpec(
             "proxy-4m",
             "Qwen2, 4.22M parameters (4 layers × 256), character vocabulary",
-            arch=Architecture(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                              intermediate_size=1024),
+            arch=ProxyArchitecture(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                                   intermediate_size=1024),
             warmup=Warmup(max_steps=3000, lr=2e-3),
         ),
         ScaleSpec(
             "proxy-16m",
             "Qwen2, 16.8M parameters (4 layers × 512), character vocabulary; built on request",
-            arch=Architecture(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
-                              intermediate_size=2048),
+            arch=ProxyArchitecture(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                                   intermediate_size=2048),
             warmup=Warmup(max_steps=3000, lr=1e-3),
         ),
         ScaleSpec("1.5b", "the reported 1.5B scale", hub_id="Qwen/Qwen2.5-1.5B-Instruct"),

@@ -19,9 +19,10 @@ hence the sketches, as it would scale Ḡ (only the norm it clips by, ‖X‖ �
 What this makes exact, and what it cannot:
 - Matrices with the Nyström reconstruction read G only through L and R: their LoGRA trajectory
   with this hook equals the dense all-reduce run's (to fp32 round-off). These are compressed.
-- The gain reconstruction (the default) also reads G itself, D = √s ⊙ G ⊙ √c: from X instead of
-  Ḡ it would take another step. No exact scheme sends less than G for it, so its matrices, like
-  dense-AdamW parameters (1-D, small, `sketch=False`), are all-reduced in full by this hook.
+- The other reconstructions also read G itself (the default gain rule D = √s ⊙ G ⊙ √c; channel,
+  blend and subspace): from X instead of Ḡ they would take another step. No exact scheme sends
+  less than G for them, so their matrices, like dense-AdamW parameters (1-D, small,
+  `sketch=False`), are all-reduced in full by this hook.
   `LoGRA.sketch_only_projections` says which parameters are compressed.
 
 Bytes: a compressed m×n matrix sends (k·n + m·r)·4 bytes (fp32 sketches) where dense all-reduce

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from logra.optim.updates import update_moments
+
 
 @dataclass(frozen=True)
 class StepGate:
@@ -53,7 +55,5 @@ class StepGate:
     def update_gated(self, exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
                      gated: list[Tensor], beta1: float, beta2: float) -> None:
         """`update_moments` on values already gated (x', e.g. views of one gated stack)."""
-        weight = self.first_weight(beta1)
-        torch._foreach_lerp_(exp_avgs, gated, [weight] * len(gated))
-        torch._foreach_mul_(exp_avg_sqs, self.second_decay(beta2))
-        torch._foreach_addcmul_(exp_avg_sqs, gated, gated, value=1 - beta2)
+        update_moments(exp_avgs, exp_avg_sqs, gated, self.first_weight(beta1),
+                       self.second_decay(beta2), beta2, foreach=True)

@@ -187,7 +187,7 @@ class _Slot:
 
     group: dict[str, Any]
     param: Tensor
-    key: int  # position in the optimizer's parameter order: the stable key of its projections
+    key: int  # position in the optimizer's parameter order (projections are keyed by shape)
     name: str
     weight: Tensor
     grad: Tensor
@@ -618,10 +618,11 @@ class LoGRA(Optimizer):
         gradient with, if that step reads the gradient only through the sketches L = Pᵀ G and
         R = G Q; else None.
 
-        That is a sketched matrix with the Nyström reconstruction. The gain rule also reads G
-        itself (D = √s ⊙ G ⊙ √c), and dense AdamW reads all of G, so they get None. A DDP
-        communication hook may all-reduce (L, R) instead of G for the others
-        (`logra.optim.comm_hook`). Parameters that are not in this optimizer get None.
+        That is a sketched matrix with the Nyström reconstruction. The other rules also read G
+        itself (gain and channel rescale it, blend and subspace keep its part outside span(P)),
+        and dense AdamW reads all of G, so they get None. A DDP communication hook may
+        all-reduce (L, R) instead of G for the others (`logra.optim.comm_hook`). Parameters
+        that are not in this optimizer get None.
         """
         group_of = {id(p): g for g in self.param_groups for p in g["params"]}
         plans: list[tuple[Tensor, Tensor] | None] = []
@@ -704,8 +705,8 @@ class LoGRA(Optimizer):
         A parameter is batched when its group says `foreach=True`, or by default (None) when it
         has at most BATCH_MAX_NUMEL elements (CPU_BATCH_MAX_NUMEL on the CPU): small tensors
         cost Python time, large ones memory traffic, which the cache-blocked loop keeps low.
-        Batched sketched matrices are
-        grouped by (param group, shape, step); batched dense tensors by (param group, step).
+        Batched sketched matrices are grouped by (param group, shape, step); batched dense
+        tensors by (param group, step); an unbatched parameter is a unit of its own.
         """
         units: dict[tuple, _Unit] = {}
         for slot in slots:
@@ -1030,23 +1031,6 @@ class LoGRA(Optimizer):
             for key, value in saved.items():
                 if isinstance(value, Tensor) and key != "step":
                     self.state[p][key] = value.to(p.device, torch.float32, copy=True)
-
-
-def adam_direction(
-    grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: int, beta1: float, beta2: float,
-    eps: float,
-) -> Tensor:
-    """Update Adam's fp32 moments in place with `grad`; return m̂ / (√v̂ + ε) (a new tensor).
-
-    The operations and their order follow `torch.optim.AdamW` (single-tensor path), so a dense
-    LoGRA group reproduces AdamW to round-off.
-    """
-    g = grad.float()
-    exp_avg.lerp_(g, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-    bias1, bias2 = 1 - beta1**step, 1 - beta2**step
-    denom = (exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(eps)
-    return exp_avg.div(denom).mul_(1 / bias1)
 
 
 def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> Tensor:

@@ -25,7 +25,7 @@ from torch.optim.optimizer import ParamsT
 
 from logra.optim import sketch as sk
 from logra.optim.hyperparameters import check_adamw, check_int, check_saved_groups
-from logra.optim.logra import adam_direction
+from logra.optim.updates import adam_direction
 
 
 def projected_shape(shape: tuple[int, ...] | torch.Size, rank: int) -> tuple[int, int] | None:

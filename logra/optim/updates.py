@@ -19,6 +19,9 @@ onto span(P), and since it keeps G's columns (a zero column of G stays zero), pe
 taken from the sketch can multiply the residual G − P L safely. (The two-sided projection
 P Pᵀ G + (I − P Pᵀ) G Q Qᵀ mixes columns through Q: a column of G with no gradient gets a residual
 there, and its scale, a ratio with a zero gradient norm, blows it up.)
+
+Every path updates its Adam moments with one function, `update_moments`; `adam_direction` also
+returns plain Adam's direction m̂/(√v̂+ε) of one tensor (the naive projection's rule).
 """
 
 from __future__ import annotations
@@ -39,6 +42,47 @@ def as_matrix(t: Tensor) -> Tensor:
     (`rest` is spelled out so that a shard with no rows, as FSDP2 leaves on some ranks, views.)
     """
     return t.view(t.shape[0], math.prod(t.shape[1:])) if t.dim() >= 2 else t.view(1, -1)
+
+
+def update_moments(
+    exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], values: list[Tensor],
+    weight: float | Tensor, decay: float | Tensor, beta2: float, *, foreach: bool,
+) -> None:
+    """Adam's moments of each x in `values`, in place, in torch.optim.AdamW's operations:
+
+        m ← lerp(m, x, w) = m + w·(x − m)        v ← v·b + (1−β₂)·x²
+
+    With w = 1−β₁ and b = β₂ that is m ← β₁ m + (1−β₁) x and v ← β₂ v + (1−β₂) x². w and b are
+    numbers, or 0-d fp32 tensors on the moments' device (`logra.optim.gate` passes w = 0, b = 1
+    on a skipped step; a 0-d fp32 operand rounds as the number does). Each x has its moments'
+    shape and dtype (fp32). foreach: one `torch._foreach_*` call per operation for the whole
+    list; else one tensor at a time (AdamW's single-tensor path).
+    """
+    if foreach:
+        torch._foreach_lerp_(exp_avgs, values, [weight] * len(values))
+        torch._foreach_mul_(exp_avg_sqs, decay)
+        torch._foreach_addcmul_(exp_avg_sqs, values, values, value=1 - beta2)
+        return
+    for exp_avg, exp_avg_sq, x in zip(exp_avgs, exp_avg_sqs, values, strict=True):
+        exp_avg.lerp_(x, weight)
+        exp_avg_sq.mul_(decay).addcmul_(x, x, value=1 - beta2)
+
+
+def adam_direction(
+    grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: int, beta1: float, beta2: float,
+    eps: float,
+) -> Tensor:
+    """Update Adam's fp32 moments in place with `grad` (any float dtype, the moments' shape);
+    return m̂ / (√v̂ + ε), m̂ = m / (1−β₁ᵗ), v̂ = v / (1−β₂ᵗ), as a new fp32 tensor.
+
+    The operations and their order follow `torch.optim.AdamW`'s single-tensor path, so the
+    naive projection's dense parameters reproduce AdamW to round-off.
+    """
+    g = grad.float()
+    update_moments([exp_avg], [exp_avg_sq], [g], 1 - beta1, beta2, beta2, foreach=False)
+    bias1, bias2 = 1 - beta1**step, 1 - beta2**step
+    denom = (exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(eps)
+    return exp_avg.div(denom).mul_(1 / bias1)
 
 
 @dataclass(kw_only=True)
@@ -153,7 +197,6 @@ class DenseUpdate(Update):
 
     def fisher_sq(self, rows: slice, delta: Tensor) -> Tensor:
         return (delta.square() * self.exp_avg_sq[rows]).sum() / self.bias2
-
 
 
 @dataclass(kw_only=True)

@@ -20,9 +20,9 @@ From Python (notebooks):
 See docs/real_scale.md for the real-scale runs.
 """
 
-from logra.optimizers import OPTIMIZERS, build_optimizer, state_bytes, wrap_model
+from logra.optimizers import OPTIMIZERS, build_optimizer, measured_state_bytes, wrap_model
 from logra.rl.config import resolve, run_dir
 from logra.rl.runner import COLUMNS, evaluations, run_grpo
 
-__all__ = ["COLUMNS", "OPTIMIZERS", "build_optimizer", "evaluations", "resolve", "run_dir",
-           "run_grpo", "state_bytes", "wrap_model"]
+__all__ = ["COLUMNS", "OPTIMIZERS", "build_optimizer", "evaluations", "measured_state_bytes",
+           "resolve", "run_dir", "run_grpo", "wrap_model"]

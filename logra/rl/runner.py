@@ -32,7 +32,8 @@ Records (one row per step; row 0 holds the evaluation before training):
                      an exact JVP probe made the prediction, the calibration factor after it, and
                      the step's KL budget (δ, or less under a drift budget)
     beta             the weight of the k3 penalty in this step's loss (fixed, or adaptive)
-    state_bytes      bytes of tensors in the optimizer's state (`logra.optimizers.state_bytes`)
+    state_bytes      bytes of tensors in the optimizer's state
+                     (`logra.optimizers.measured_state_bytes`)
     tokens           non-padding tokens of prompt + completion in the batch
     seconds          wall time of the step (evaluation excluded)
     eval_accuracy, eval_seconds   greedy held-out accuracy after this step, and its time
@@ -78,7 +79,7 @@ from logra.data.grading import reward
 from logra.models import SCALES, evaluate_greedy, load_policy, prepare
 from logra.optim import LoGRA
 from logra.optim.kl import categorical_kl
-from logra.optimizers import build_optimizer, state_bytes, wrap_model
+from logra.optimizers import build_optimizer, measured_state_bytes, wrap_model
 from logra.paths import checkout_root
 from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
@@ -191,7 +192,7 @@ class Trainer:
             completion_tokens=float(lengths.float().mean()), tokens=int(tokens),
         )
         record.update(self._update(rollout, advantages))
-        record["state_bytes"] = state_bytes(self.optimizer)
+        record["state_bytes"] = measured_state_bytes(self.optimizer)
         record["seconds"] = time.perf_counter() - start
         return record
 
