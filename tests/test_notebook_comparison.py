@@ -13,6 +13,7 @@ from logra import notebooks
 from logra.experiments import comparison as cmp
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.report import VERDICTS
+from logra.models import SCALES
 from logra.rl import config as grpo
 
 
@@ -191,7 +192,7 @@ def test_c8_direction_rule_at_proxy_scale(lora, verdict) -> None:
      {"gsm8k": [70, 70, 70], "math": [40, 40, 40]}, "not reproduced"),
 ])
 def test_c8_numbers_rule_at_27b(logra, lora, verdict) -> None:
-    big = cmp.REAL_MODELS["27b"]
+    big = SCALES["27b"].hub_id
     frame = _frame({"adamw": {"gsm8k": [80] * 3, "math": [50] * 3}, "lora": lora,
                     "logra": logra}, model=big)
     cfg = _cfg(models=[big], tasks=["gsm8k", "math"])

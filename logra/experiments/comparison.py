@@ -36,20 +36,18 @@ import pandas as pd
 
 from logra import io
 from logra.config import load_config
+from logra.data import get_task
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
+from logra.models import SCALES
 from logra.rl import config as grpo
 from logra.rl import run_grpo, runner
 
 EXPERIMENT = "comparison"
 NOTEBOOK = "04_optimizer_comparison"
 FINAL_STEPS = 5
-TASK_LABELS = {"gsm-synth": "GSM8K-like", "math-synth": "MATH-like", "gsm8k": "GSM8K",
-               "math": "MATH"}
-REAL_MODELS = {"1.5b": "Qwen/Qwen2.5-1.5B-Instruct", "7b": "Qwen/Qwen2.5-7B-Instruct",
-               "27b": "google/gemma-3-27b-it"}
-# The report's numbers (docs/claims.md): C7 gives none at 1.5B/7B, C8 these at 27B.
+# The report's numbers (docs/claims.md): C7 gives none at 1.5B/7B, C8 these at 27B, by family.
 REPORTED_27B = {"logra": {"gsm": 84.2, "math": 51.7},
                 "lora": {"gsm": round(84.2 - 7.6, 1), "math": round(51.7 - 7.3, 1)}}
 C7_REPORTED = "at 1.5B and 7B, LoGRA matches or slightly exceeds dense Adam on GSM8K and MATH"
@@ -71,11 +69,6 @@ def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int) -> dict
     if cfg["task"] is not None:
         values["task"] = cfg["task"]
     return kt.grpo_config(cfg, method, seed, **values)
-
-
-def family(task: str) -> str:
-    """"gsm" or "math": which reported column a task stands for."""
-    return "math" if "math" in task else "gsm"
 
 
 # ---------------------------------------------------------------- held-out evaluation
@@ -193,7 +186,7 @@ def _model_name(model: str) -> str:
 
 
 def _column(model: str, task: str) -> str:
-    return f"{_model_name(model)} {TASK_LABELS.get(task, task)} ({task}), %"
+    return f"{_model_name(model)} {get_task(task).label} ({task}), %"
 
 
 def accuracy_summary(frame: pd.DataFrame) -> pd.DataFrame:
@@ -332,15 +325,16 @@ def c8_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     below LoGRA by more than max(c7_margin, 2·SE) on every (model, task): reproduced (the row
     says it is the direction at proxy scale); on some: partly; on none: not reproduced."""
     summary = accuracy_summary(frame).set_index(["model", "method", "task"])
-    big = REAL_MODELS["27b"]
+    big = SCALES["27b"].hub_id
     parts, hits, total = [], 0, 0
     if big in cfg["models"]:
         tol = cfg["c8_tolerance"]
         for task in cfg["eval_tasks"]:
-            want = REPORTED_27B["logra"][family(task)]
+            family = get_task(task).family.name
+            want = REPORTED_27B["logra"][family]
             got = summary.loc[(big, "logra", task), "mean"]
             gap = summary.loc[(big, "lora", task), "mean"] - got
-            want_gap = REPORTED_27B["lora"][family(task)] - want
+            want_gap = REPORTED_27B["lora"][family] - want
             hits += int(abs(got - want) <= tol) + int(abs(gap - want_gap) <= tol)
             total += 2
             parts.append(f"{task}: LoGRA {got:.1f} % (reported {want:.1f}), LoRA {gap:+.1f} "
@@ -365,10 +359,10 @@ def gpu_rows(cfg: dict[str, Any]) -> list[ClaimRow]:
     """"needs GPU scale" rows, with the commands, for the reported scales not run here."""
     rows = []
     for scale in ("1.5b", "7b"):
-        if REAL_MODELS[scale] not in cfg["models"]:
+        if SCALES[scale].hub_id not in cfg["models"]:
             rows.append(ClaimRow("C7", C7_REPORTED, _gpu_text(scale), scale.upper(),
                                  "needs GPU scale"))
-    if REAL_MODELS["27b"] not in cfg["models"]:
+    if SCALES["27b"].hub_id not in cfg["models"]:
         text = (_gpu_text("27b") + "; LoGRA alone on one 8×80 GB node (TRL + FSDP2): "
                 "`accelerate launch --config_file experiments/launch/accelerate_fsdp2_8gpu.yaml "
                 "scripts/trl_grpo.py --config experiments/launch/trl_grpo_27b.yaml`")
@@ -417,7 +411,7 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             ax.set_xticklabels([kt.METHODS[m].label for m in methods], rotation=30,
                                ha="right", fontsize=8)
             ax.set_ylabel("held-out greedy pass@1 (%)")
-            ax.set_title(f"{_model_name(model)}: {TASK_LABELS.get(task, task)} ({task})",
+            ax.set_title(f"{_model_name(model)}: {get_task(task).label} ({task})",
                          fontsize=10)
             ax.grid(alpha=0.3, axis="y")
     handles, labels = axes[0, 0].get_legend_handles_labels()
