@@ -198,31 +198,28 @@ def grpo_job(config: dict[str, Any]) -> pd.DataFrame:
     return run_grpo(config, progress=False)
 
 
-class ProbedTrainer(runner.Trainer):
-    """A GRPO trainer whose every optimizer step is also measured by the exact JVP prediction
-    ½·ΔᵀFΔ of the applied update Δ at the pre-step weights, on the step's batch."""
+class JVPProbe:
+    """An update hook (`logra.rl.runner.UpdateHook`) that measures every optimizer step by the
+    exact JVP prediction ½·ΔᵀFΔ of the applied update Δ at the pre-step weights, on the step's
+    batch; `values` holds one prediction per step, in nats per token."""
 
-    def __init__(self, config: dict[str, Any], progress: bool = False) -> None:
-        if config["updates_per_batch"] != 1:
-            raise ValueError("the calibration probes one update per batch (updates_per_batch=1)")
-        super().__init__(config, progress)
-        self.probes: list[float] = []
+    def __init__(self) -> None:
+        self.values: list[float] = []
 
-    def _optimizer_step(self, rollout: Rollout) -> None:
-        before = {n: p.detach().clone() for n, p in self.trainable.items()}
-        super()._optimizer_step(rollout)
+    def __call__(self, trainer: runner.Trainer, rollout: Rollout,
+                 before: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
-            after = {n: p.detach().clone() for n, p in self.trainable.items()}
+            after = {n: p.detach().clone() for n, p in trainer.trainable.items()}
             delta = {n: after[n] - before[n] for n in after}
             try:
-                for n, p in self.trainable.items():
+                for n, p in trainer.trainable.items():
                     p.copy_(before[n])
-                probe = predicted_kl_jvp(self.policy, delta, kwargs=rollout.model_inputs(),
+                probe = predicted_kl_jvp(trainer.policy, delta, kwargs=rollout.model_inputs(),
                                          token_mask=rollout.logits_mask())
             finally:
-                for n, p in self.trainable.items():
+                for n, p in trainer.trainable.items():
                     p.copy_(after[n])
-        self.probes.append(float(probe))
+        self.values.append(float(probe))
 
 
 def calibration_run(config: dict[str, Any]) -> pd.DataFrame:
@@ -234,10 +231,13 @@ def calibration_run(config: dict[str, Any]) -> pd.DataFrame:
             / f"{grpo.config_hash(config)}-{config['steps']}.csv")
     if path.exists():
         return pd.read_csv(path)
+    if config["updates_per_batch"] != 1:
+        raise ValueError("the calibration probes one update per batch (updates_per_batch=1)")
     torch.set_num_threads(config["threads"])
-    trainer = ProbedTrainer(config)
+    probe = JVPProbe()
+    trainer = runner.Trainer(config, progress=False, update_hooks=[probe])
     records = [trainer.step(t) for t in range(1, config["steps"] + 1)]
-    frame = runner.frame(records).assign(jvp_kl=trainer.probes)
+    frame = runner.frame(records).assign(jvp_kl=probe.values)
     io.write_frame(path, frame)
     return frame
 
