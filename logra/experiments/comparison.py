@@ -1,14 +1,14 @@
 """Optimizer comparison: held-out pass@1 after GRPO with each optimizer, at each model size
 (notebooks/04_optimizer_comparison; claims C7, C8).
 
-The runs are built by `logra.experiments.kl_trajectories.grpo_config` — the same method
-definitions (`kl_trajectories.METHODS`) and GRPO keys — so with equal settings the adamw and
-logra runs of the KL notebook are the same runs (same config hash, same run directory) and are
-read back instead of rerun. Each run trains on `task`; its final policy is then evaluated greedily
-on the first `heldout_prompts` test problems of every task of `eval_tasks`, from the run's final
-checkpoint through the runner's own evaluation (cached in <results_dir>/heldout/; the runner's
-evaluation at the last step is reused when it covered the same problems). The policy before
-RL ("base") is evaluated the same way.
+The runs are built by `logra.experiments.grpo_runs.grpo_config`, as the KL notebook's — the
+same method definitions (`grpo_runs.METHODS`) and GRPO keys — so with equal settings the adamw
+and logra runs of the KL notebook are the same runs (same config hash, same run directory) and
+are read back instead of rerun. Each run trains on `task`; its final policy is then evaluated
+greedily on the first `heldout_prompts` test problems of every task of `eval_tasks`, from the
+run's final checkpoint through the runner's own evaluation (cached in <results_dir>/heldout/;
+the runner's evaluation at the last step is reused when it covered the same problems). The
+policy before RL ("base") is evaluated the same way.
 
 `run(cfg)` returns one tidy frame, one row per (model, method, seed, eval task):
 
@@ -37,7 +37,8 @@ import pandas as pd
 from logra import io
 from logra.config import load_config
 from logra.data import get_task
-from logra.experiments import kl_trajectories as kt
+from logra.experiments import grpo_runs
+from logra.experiments.grpo_runs import METHODS
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
 from logra.models import SCALES
@@ -60,15 +61,15 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     cfg = load_config(EXPERIMENT, scale, **overrides)
     if not cfg["models"] or not cfg["eval_tasks"]:
         raise ValueError("models and eval_tasks must be non-empty")
-    return kt._checked(cfg)
+    return grpo_runs.check_runs(cfg)
 
 
 def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int) -> dict[str, Any]:
-    """The resolved GRPO config of one run (`kl_trajectories.grpo_config` with `model`)."""
+    """The resolved GRPO config of one run (`grpo_runs.grpo_config` with `model`)."""
     values = {"model": model}
     if cfg["task"] is not None:
         values["task"] = cfg["task"]
-    return kt.grpo_config(cfg, method, seed, **values)
+    return grpo_runs.grpo_config(cfg, method, seed, **values)
 
 
 # ---------------------------------------------------------------- held-out evaluation
@@ -135,13 +136,13 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     configs = {(model, m, s): grpo_config(cfg, model, m, s)
                for model in cfg["models"] for m in cfg["methods"] for s in cfg["seeds"]}
     first = next(iter(configs.values()))
-    kt.prepare_inputs(cfg, list(cfg["models"]), list(dict.fromkeys([first["task"],
-                                                                   *cfg["eval_tasks"]])))
+    grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
+                             list(dict.fromkeys([first["task"], *cfg["eval_tasks"]])))
     tasks, prompts = list(cfg["eval_tasks"]), heldout_prompts(cfg)
     jobs = [((model, m, s), heldout_job, (c, tasks, prompts))
             for (model, m, s), c in configs.items()]
     size = {model: i + 1 for i, model in enumerate(cfg["models"])}  # later models: larger
-    jobs.sort(key=lambda job: -kt.METHODS[job[0][1]].cost * size[job[0][0]] ** 2)
+    jobs.sort(key=lambda job: -METHODS[job[0][1]].cost * size[job[0][0]] ** 2)
     jobs += [((model, "base", -1), base_job,
               (configs[(model, cfg["methods"][0], cfg["seeds"][0])], tasks, prompts))
              for model in cfg["models"]]
@@ -178,7 +179,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
 
 
 def _label(method: str) -> str:
-    return "policy before RL" if method == "base" else kt.METHODS[method].label
+    return "policy before RL" if method == "base" else METHODS[method].label
 
 
 def _model_name(model: str) -> str:
@@ -274,7 +275,7 @@ def _base_note(summary: pd.DataFrame, cfg: dict[str, Any]) -> str:
             if (model, "base", task) not in summary.index:
                 continue
             base = summary.loc[(model, "base", task), "mean"]
-            better = [kt.METHODS[m].label for m in cfg["methods"]
+            better = [METHODS[m].label for m in cfg["methods"]
                       if summary.loc[(model, m, task), "mean"] - base > cfg["c7_margin"]]
             notes.append(f"{_model_name(model)} {task} {base:.1f} % "
                          f"({', '.join(better) if better else 'no method'} above it by more "
@@ -312,7 +313,7 @@ def c7_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     if verdict == "reproduced" and not _adamw_learned(summary, cfg):
         verdict = "partly"
         text += "; capped at partly: dense AdamW did not improve on the policy before RL"
-    if not any(kt.is_real_scale(cfg, m) for m in cfg["models"]):
+    if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg["models"]):
         text += " (proxy analogue of the claim)"
     text += _base_note(summary, cfg)
     return ClaimRow("C7", C7_REPORTED, text, _scale_text(frame, cfg), verdict)
@@ -372,7 +373,7 @@ def gpu_rows(cfg: dict[str, Any]) -> list[ClaimRow]:
 
 def _gpu_text(scale: str) -> str:
     gpu = config(scale)
-    example = kt.command(grpo_config(gpu, gpu["models"][0], "logra", 0))
+    example = grpo_runs.command(grpo_config(gpu, gpu["models"][0], "logra", 0))
     return (f"not run here (CPU proxies only). Command: `logra-repro reproduce --scale {scale} "
             f"--only {NOTEBOOK}` (every method × {len(gpu['seeds'])} seeds, "
             f"{gpu['steps']:,} steps, evaluated on {' and '.join(gpu['eval_tasks'])}; "
@@ -398,9 +399,9 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             data = frame[(frame["model"] == model) & (frame["task"] == task)]
             for k, method in enumerate(methods):
                 values = 100 * data[data["method"] == method]["accuracy"]
-                color = kt.METHODS[method].color
+                color = METHODS[method].color
                 ax.bar(k, values.mean(), color=color, alpha=0.35, edgecolor=color,
-                       label=kt.METHODS[method].label)
+                       label=METHODS[method].label)
                 ax.scatter(np.full(len(values), k) + np.linspace(-0.15, 0.15, len(values)),
                            values, color=color, s=16, zorder=3)
             base = 100 * data[data["method"] == "base"]["accuracy"]
@@ -408,7 +409,7 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
                 ax.axhline(base.mean(), color="grey", ls="--", lw=1.2,
                            label="policy before RL")
             ax.set_xticks(range(len(methods)))
-            ax.set_xticklabels([kt.METHODS[m].label for m in methods], rotation=30,
+            ax.set_xticklabels([METHODS[m].label for m in methods], rotation=30,
                                ha="right", fontsize=8)
             ax.set_ylabel("held-out greedy pass@1 (%)")
             ax.set_title(f"{_model_name(model)}: {get_task(task).label} ({task})",
@@ -435,7 +436,7 @@ def plot_cost(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
         state = data["state_bytes"].mean().reindex(methods) / 1e6
         seconds = data["step_seconds"].median().reindex(methods)
         y = np.arange(len(methods)) + (k - (len(models) - 1) / 2) * height
-        colors = [kt.METHODS[m].color for m in methods]
+        colors = [METHODS[m].color for m in methods]
         for ax, values, fmt in ((axes[0], state, "{:.3g} MB"), (axes[1], seconds, "{:.2f} s")):
             ax.barh(y, values, height=height, color=colors, alpha=0.6,
                     hatch=hatches[k % len(hatches)], edgecolor="black", lw=0.4,
@@ -445,7 +446,7 @@ def plot_cost(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
                             textcoords="offset points", va="center", fontsize=8)
     for ax in axes:
         ax.set_yticks(range(len(methods)))
-        ax.set_yticklabels([kt.METHODS[m].label for m in methods])
+        ax.set_yticklabels([METHODS[m].label for m in methods])
         ax.invert_yaxis()
         ax.grid(alpha=0.3, axis="x")
     axes[0].set_xscale("log")
