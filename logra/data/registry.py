@@ -133,7 +133,6 @@ TASKS: dict[str, Task] = {
     )
 }
 SYNTH_TASKS = tuple(name for name, task in TASKS.items() if task.generated)
-HUB_TASKS = tuple(name for name, task in TASKS.items() if not task.generated)
 
 
 def get_task(name: str) -> Task:
