@@ -35,14 +35,15 @@
 #
 # The control scales the whole step by γ = min(1, √(δ / KL̂)) with KL̂ = ½ΔᵀFΔ. The second
 # part calibrates the two estimates of KL̂ — the free diagonal one and the exact JVP — against
-# the KL each step actually caused. All logic lives in `logra.experiments.kl_trajectories`.
+# the KL each step actually caused. All logic lives in `logra.experiments.kl_trajectories`
+# (the runs and methods: `logra.experiments.grpo_runs`).
 
 # %%
 # %matplotlib inline
 import time
 
+from logra.experiments import grpo_runs, report
 from logra.experiments import kl_trajectories as kt
-from logra.experiments import report
 from logra.experiments.jobs import worker_count
 
 # %% tags=["parameters"]
@@ -56,12 +57,12 @@ results_dir = None  # where runs are cached; None: the scale's (results/)
 overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results_dir).items()
              if v is not None}
 cfg = kt.config(scale, **overrides)
-example = kt.grpo_config(cfg, "logra", cfg["seeds"][0])
+example = grpo_runs.grpo_config(cfg, "logra", cfg["seeds"][0])
 print(f"scale {scale!r}: {len(cfg['methods'])} methods × {len(cfg['seeds'])} seeds × "
       f"{cfg['steps']} steps on {example['model']} ({example['prompts_per_step']} prompts × "
       f"{example['group_size']} samples per step, lr {example['lr']:g}), "
       f"{worker_count(cfg['workers'])} worker(s)")
-print("one of the runs:", kt.command(example))
+print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 frame = kt.run(cfg)
 print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")

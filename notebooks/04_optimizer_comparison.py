@@ -43,8 +43,7 @@
 # %matplotlib inline
 import time
 
-from logra.experiments import comparison, report
-from logra.experiments import kl_trajectories as kt
+from logra.experiments import comparison, grpo_runs, report
 
 # %% tags=["parameters"]
 scale = "default"
@@ -63,7 +62,7 @@ print(f"scale {scale!r}: {len(cfg['methods'])} methods × {len(cfg['seeds'])} se
       f"{example['task']} ({example['prompts_per_step']} prompts × {example['group_size']} "
       f"samples, lr {example['lr']:g}); evaluated on {cfg['eval_tasks']} "
       f"({cfg['heldout_prompts'] or 'all'} test problems each)")
-print("one of the runs:", kt.command(example))
+print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 frame = comparison.run(cfg)
 print(f"{frame[['model', 'method', 'seed']].drop_duplicates().shape[0]} runs and base policies "

@@ -22,8 +22,8 @@ import pandas as pd
 
 from logra.experiments import kl_control as kc
 from logra.experiments import report
+from logra.experiments.grpo_runs import grpo_job, prepare_inputs
 from logra.experiments.jobs import run_jobs
-from logra.experiments.kl_trajectories import grpo_job, prepare_inputs
 
 RULES = ("gain", "nystrom", "blend", "subspace", "channel")
 LAST = 10  # steps averaged for the final KL and reward

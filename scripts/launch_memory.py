@@ -30,13 +30,13 @@ import yaml
 from logra.memory import ARCHITECTURES, Assumptions, budget, max_fitting_length, model_stats
 from logra.memory.budget import GIB, ROLLOUT, STATIC, TRAINING
 from logra.memory.params import trainable_params
+from logra.models import SCALES
 from logra.optim import sketch_shapes
 
 LAUNCH = Path(__file__).resolve().parents[1] / "experiments" / "launch"
-ARCHITECTURE_OF = {"Qwen/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b",
-                   "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b", "google/gemma-3-27b-it": "gemma-3-27b"}
+# scale of the launch configs -> the `logra.memory` architecture of its hub model
+ARCHITECTURE_OF = {"1.5b": "qwen2.5-1.5b", "7b": "qwen2.5-7b", "27b": "gemma-3-27b"}
 PROMPT_TOKENS = 512
-SCALES = ("1.5b", "7b", "27b")
 
 
 def assumptions(run: dict, gpus: int) -> Assumptions:
@@ -67,10 +67,13 @@ def logra_fsdp2_state_bytes(model, rank: int, embedding_rank: int, gpus: int) ->
 
 def rows(gpus: int) -> list[dict]:
     table = []
-    for scale in SCALES:
+    for scale, architecture in ARCHITECTURE_OF.items():
         path = LAUNCH / f"trl_grpo_{scale}.yaml"
         run = yaml.safe_load(path.read_text())
-        arch = ARCHITECTURES[ARCHITECTURE_OF[run["model"]]]
+        if run["model"] != SCALES[scale].hub_id:
+            raise ValueError(f"{path.name} trains {run['model']}, not the {scale} scale's "
+                             f"{SCALES[scale].hub_id} whose architecture is priced")
+        arch = ARCHITECTURES[architecture]
         model = arch.build()
         a = assumptions(run, gpus)
         seq = PROMPT_TOKENS + run["max_completion_length"]

@@ -1,21 +1,35 @@
-"""Generated tasks (determinism, schema, arithmetic), load_task, hub loaders (faked), prompts."""
+"""Generated tasks (determinism, schema, arithmetic), load_task, hub loaders (faked), prompts,
+the task registry."""
 
 from __future__ import annotations
 
+import random
 import re
 from fractions import Fraction
 
 import datasets
 import pytest
 
-from logra.data import TASKS, load_task, synth, tasks, to_prompts, to_sft
+from logra.data import (
+    TASKS,
+    get_task,
+    load_task,
+    registry,
+    splits,
+    synth,
+    tasks,
+    to_prompts,
+    to_sft,
+)
 from logra.data.grading import is_correct
 
 N = 300
+MATH_TEST_ID = "HuggingFaceH4/MATH-500"
+MATH_TRAIN_ID = "DigitalLearningGmbH/MATH-lighteval"
 
 
 def _rows(task: str, split: str, seed: int = 0) -> list[dict[str, str]]:
-    return synth.generate(task, split, seed, N, N)
+    return splits.generate(task, split, seed, N, N)
 
 
 @pytest.mark.parametrize("task", ["gsm-synth", "math-synth"])
@@ -86,14 +100,14 @@ def test_math_mixes_problem_kinds() -> None:
 
 @pytest.mark.parametrize("task, key", [("gsm-synth", "question"), ("math-synth", "problem")])
 def test_a_longer_test_split_extends_the_canonical_one_with_held_out_questions(task, key) -> None:
-    longer = synth.generate(task, "test", 0, N + 200, N, n_train=N)
+    longer = splits.generate(task, "test", 0, N + 200, N, n_train=N)
     assert longer[:N] == _rows(task, "test")
     questions = [row[key] for row in longer]
     assert len(set(questions)) == N + 200
     assert not set(questions) & {row[key] for row in _rows(task, "train")}
-    assert synth.generate(task, "train", 0, N, N) == _rows(task, "train")  # train unchanged
+    assert splits.generate(task, "train", 0, N, N) == _rows(task, "train")  # train unchanged
     with pytest.raises(ValueError, match="needs n_train"):
-        synth.generate(task, "test", 0, N + 1, N)
+        splits.generate(task, "test", 0, N + 1, N)
 
 
 def test_load_task_extends_a_generated_test_split_in_its_own_file(tmp_path) -> None:
@@ -135,13 +149,13 @@ def fake_hub(monkeypatch) -> list[tuple]:
     tables = {
         "openai/gsm8k": {"question": ["Tom has 2 and gets 3. How many?"],
                          "answer": ["2+3=<<2+3=5>>5\n#### 5"]},
-        tasks.MATH_TEST_ID: {"problem": ["What is $1/2+1/3$?"],
-                             "solution": ["It is $\\boxed{\\frac{5}{6}}$."],
-                             "answer": ["\\frac{5}{6}"], "subject": ["Algebra"],
-                             "level": [1], "unique_id": ["x"]},
-        tasks.MATH_TRAIN_ID: {"problem": ["Find $x$ if $2x=8$."],
-                              "solution": ["So $x=\\boxed{4}$."], "level": ["Level 1"],
-                              "type": ["Algebra"]},
+        MATH_TEST_ID: {"problem": ["What is $1/2+1/3$?"],
+                       "solution": ["It is $\\boxed{\\frac{5}{6}}$."],
+                       "answer": ["\\frac{5}{6}"], "subject": ["Algebra"],
+                       "level": [1], "unique_id": ["x"]},
+        MATH_TRAIN_ID: {"problem": ["Find $x$ if $2x=8$."],
+                        "solution": ["So $x=\\boxed{4}$."], "level": ["Level 1"],
+                        "type": ["Algebra"]},
     }
 
     def load_dataset(path, *args, **kwargs):
@@ -157,10 +171,10 @@ def test_hub_loaders_use_the_benchmark_ids_and_schema(fake_hub) -> None:
     assert fake_hub[-1] == ("openai/gsm8k", "main", "test")
     assert to_prompts(gsm, "gsm8k")[0]["gold"] == "5"
     math_test = load_task("math", "test")
-    assert fake_hub[-1] == (tasks.MATH_TEST_ID, "test")
+    assert fake_hub[-1] == (MATH_TEST_ID, "test")
     assert math_test.column_names == ["problem", "solution", "answer"]
     math_train = load_task("math", "train")
-    assert fake_hub[-1] == (tasks.MATH_TRAIN_ID, "train")
+    assert fake_hub[-1] == (MATH_TRAIN_ID, "train")
     assert math_train[0]["answer"] == "4"  # derived from the last \boxed{} of the solution
     prompt = to_prompts(math_train, "math")[0]["prompt"]
     assert "Find $x$ if $2x=8$." in prompt and "\\boxed{}" in prompt
@@ -179,7 +193,22 @@ def test_to_prompts_columns_template_and_gold() -> None:
         to_prompts(prompts, "nope")
 
 
-def test_every_task_has_a_prompt_format() -> None:
-    from logra.data.prompts import FORMATS
-
-    assert set(FORMATS) == set(TASKS)
+def test_the_registry_describes_every_task_once() -> None:
+    """Each task has one source of rows, its family's columns, and a label of its own; the
+    generated tasks, in order, are part of every proxy's build hash."""
+    assert list(TASKS) == ["gsm-synth", "math-synth", "gsm8k", "math"]
+    assert registry.SYNTH_TASKS == ("gsm-synth", "math-synth")
+    assert len({task.label for task in TASKS.values()}) == len(TASKS)
+    assert {task.family.name for task in TASKS.values()} == {"gsm", "math"}
+    for name in registry.SYNTH_TASKS:
+        row = get_task(name).example(random.Random(0))
+        assert tuple(row) == get_task(name).family.columns
+    assert get_task("math").hub["test"].path == MATH_TEST_ID
+    assert get_task("math").hub["train"].path == MATH_TRAIN_ID
+    with pytest.raises(ValueError, match="exactly one source of rows"):
+        registry.Task("x", "X", registry.GSM, registry.PROXY_TEMPLATE)
+    with pytest.raises(ValueError, match="must name the splits"):
+        registry.Task("x", "X", registry.GSM, registry.PROXY_TEMPLATE,
+                      hub={"train": registry.HubSplit("a/b", "train")})
+    with pytest.raises(ValueError, match=r"unknown task 'nope'; valid tasks"):
+        get_task("nope")

@@ -11,8 +11,10 @@ import pytest
 
 from logra import notebooks
 from logra.experiments import comparison as cmp
+from logra.experiments import grpo_runs
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.report import VERDICTS
+from logra.models import SCALES
 from logra.rl import config as grpo
 
 
@@ -43,7 +45,7 @@ def test_notebook_writes_figures_and_the_papers_table(executed, assert_figure) -
     cfg = cmp.config("smoke")
     table = pd.read_csv(out / "comparison.csv", dtype=str, keep_default_na=False)
     assert list(table["method"]) == ["policy before RL",
-                                     *[kt.METHODS[m].label for m in cfg["methods"]]]
+                                     *[grpo_runs.METHODS[m].label for m in cfg["methods"]]]
     for column in ("smoke GSM8K-like (gsm-synth), %", "smoke MATH-like (math-synth), %",
                    "reported 27B GSM8K, %", "reported 27B MATH, %",
                    "smoke optimizer state, MB", "smoke s/step"):
@@ -100,7 +102,7 @@ def test_comparison_reuses_the_kl_notebooks_runs() -> None:
         kl, comp = kt.config(scale), cmp.config(scale)
         for method in ("adamw", "logra"):
             for seed in comp["seeds"]:
-                assert grpo.run_dir(kt.grpo_config(kl, method, seed)) == grpo.run_dir(
+                assert grpo.run_dir(grpo_runs.grpo_config(kl, method, seed)) == grpo.run_dir(
                     cmp.grpo_config(comp, comp["models"][0], method, seed)), (scale, method)
 
 
@@ -191,7 +193,7 @@ def test_c8_direction_rule_at_proxy_scale(lora, verdict) -> None:
      {"gsm8k": [70, 70, 70], "math": [40, 40, 40]}, "not reproduced"),
 ])
 def test_c8_numbers_rule_at_27b(logra, lora, verdict) -> None:
-    big = cmp.REAL_MODELS["27b"]
+    big = SCALES["27b"].hub_id
     frame = _frame({"adamw": {"gsm8k": [80] * 3, "math": [50] * 3}, "lora": lora,
                     "logra": logra}, model=big)
     cfg = _cfg(models=[big], tasks=["gsm8k", "math"])

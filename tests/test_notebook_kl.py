@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from logra import notebooks
-from logra.experiments import jobs
+from logra.experiments import grpo_runs, jobs
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import VERDICTS
@@ -50,7 +50,7 @@ def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> Non
             assert_figure(out / f"{name}{suffix}")
     cfg = kt.config("smoke")
     table = pd.read_csv(out / "kl_trajectories.csv")
-    assert list(table["method"]) == [kt.METHODS[m].label for m in cfg["methods"]]
+    assert list(table["method"]) == [grpo_runs.METHODS[m].label for m in cfg["methods"]]
     assert (table["seeds"] == len(cfg["seeds"])).all() and (table["steps"] == cfg["steps"]).all()
     assert (table.filter(like="final KL") >= -1e-6).all().all()
     calibration = pd.read_csv(out / "kl_calibration.csv")
@@ -62,7 +62,7 @@ def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> Non
     # every (method, seed) run is cached under the results directory, with its manifest
     for method in cfg["methods"]:
         for seed in cfg["seeds"]:
-            config = kt.grpo_config(cfg | {"results_dir": str(results)}, method, seed)
+            config = grpo_runs.grpo_config(cfg | {"results_dir": str(results)}, method, seed)
             assert (grpo.run_dir(config) / "manifest.json").exists(), (method, seed)
     assert list((results / "calibration").glob("*.csv"))
 
@@ -85,14 +85,14 @@ def test_notebook_claim_rows(executed) -> None:
 
 
 def test_methods_map_to_the_intended_optimizer_settings() -> None:
-    cfg = kt.config("default", methods=list(kt.METHODS))
+    cfg = kt.config("default", methods=list(grpo_runs.METHODS))
     expected = {
         "adamw": ("adamw", 0.02, "gain"), "adamw-kl": ("adamw-kl", 0.02, "gain"),
         "logra": ("logra", 0.02, "gain"), "logra-nystrom": ("logra", 0.02, "nystrom"),
         "logra-nokl": ("logra", None, "gain"), "naive": ("naive", 0.02, "gain"),
     }
     for method, (optimizer, threshold, reconstruction) in expected.items():
-        config = kt.grpo_config(cfg, method, 2)
+        config = grpo_runs.grpo_config(cfg, method, 2)
         assert (config["optimizer"], config["predicted_kl_threshold"],
                 config["reconstruction"]) == (optimizer, threshold, reconstruction), method
         assert config["seed"] == 2 and config["steps"] == cfg["steps"]
@@ -105,8 +105,8 @@ def test_methods_map_to_the_intended_optimizer_settings() -> None:
 def test_the_printed_command_computes_the_same_run() -> None:
     for scale in ("default", "smoke", "1.5b", "27b"):
         cfg = kt.config(scale)
-        config = kt.grpo_config(cfg, cfg["methods"][-1], 1)
-        line = kt.command(config)
+        config = grpo_runs.grpo_config(cfg, cfg["methods"][-1], 1)
+        line = grpo_runs.command(config)
         assert line.startswith("logra-repro run experiments/grpo.yaml")
         words = line.split()[3:]
         grpo_scale = "default"
@@ -117,13 +117,15 @@ def test_the_printed_command_computes_the_same_run() -> None:
 
 
 def test_gpu_scales_take_grpo_settings_from_grpo_yaml() -> None:
-    config = kt.grpo_config(kt.config("1.5b"), "logra", 0)
+    config = grpo_runs.grpo_config(kt.config("1.5b"), "logra", 0)
     reference = grpo.resolve(scale="1.5b")
     for key in ("model", "lr", "prompts_per_step", "max_new_tokens", "dtype", "task"):
         assert config[key] == reference[key], key
     assert config["steps"] == 1100
-    assert kt.grpo_config(kt.config("27b"), "logra", 0)["model"] == "google/gemma-3-27b-it"
-    assert kt.is_real_scale(kt.config("7b")) and not kt.is_real_scale(kt.config("default"))
+    gemma = grpo_runs.grpo_config(kt.config("27b"), "logra", 0)["model"]
+    assert gemma == "google/gemma-3-27b-it"
+    assert grpo_runs.is_real_scale(kt.config("7b"))
+    assert not grpo_runs.is_real_scale(kt.config("default"))
 
 
 def test_bad_configs_fail_before_any_compute() -> None:
@@ -251,7 +253,7 @@ def test_calibration_probe_predicts_the_measured_step_kl(learning_smoke) -> None
     ratio = frame["step_kl"] / frame["jvp_kl"]
     assert ratio.iloc[1:].between(0.5, 2.0).all(), ratio.tolist()
     # the calibration run takes the same steps as LoGRA without control
-    nokl = kt.grpo_job(kt.grpo_config(cfg | {"steps": 3}, "logra-nokl", 0))
+    nokl = grpo_runs.grpo_job(grpo_runs.grpo_config(cfg | {"steps": 3}, "logra-nokl", 0))
     assert np.allclose(nokl["kl"].iloc[1:], frame["kl"], atol=1e-7)
     # and it is cached
     again = kt.calibration_run(kt.calibration_config(cfg, 0))

@@ -177,6 +177,27 @@ def test_several_updates_per_batch_engage_the_clip(smoke_dirs, tmp_path) -> None
     assert (train["step_kl"] > 0).all()
 
 
+def test_update_hooks_see_every_optimizer_step_and_leave_the_run_alone(smoke_dirs,
+                                                                       tmp_path) -> None:
+    """A hook gets each optimizer step's rollout and the weights before it, after the update;
+    the records are those of the same trainer without a hook."""
+    config = smoke_config(smoke_dirs, tmp_path, optimizer="adamw", lr=1e-2, updates_per_batch=2)
+    seen = []
+
+    def hook(trainer, rollout, before):
+        moved = max(float((trainer.trainable[n] - w).abs().max()) for n, w in before.items())
+        seen.append((rollout.response_tokens.shape[0], moved))
+
+    hooked = runner.Trainer(config, progress=False, update_hooks=[hook])
+    plain = runner.Trainer(config, progress=False)
+    with_hook = runner.frame([hooked.step(t) for t in (1, 2)])
+    without = runner.frame([plain.step(t) for t in (1, 2)])
+    assert len(seen) == 2 * 2  # two updates per batch, two steps
+    assert all(rows == config["prompts_per_step"] * config["group_size"] and moved > 0
+               for rows, moved in seen)
+    assert_same_records(with_hook, without)
+
+
 def test_runs_from_the_same_policy_share_the_evaluation_before_training(
     smoke_dirs, tmp_path, monkeypatch
 ) -> None:

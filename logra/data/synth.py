@@ -1,4 +1,4 @@
-"""Generated tasks: `gsm-synth` (GSM8K schema) and `math-synth` (MATH schema).
+"""Row generators of the generated tasks: `gsm-synth` (GSM8K schema), `math-synth` (MATH schema).
 
 Both are short on purpose: every reference completion fits in `MAX_COMPLETION_CHARS` characters,
 so a character-level proxy can write it in under 48 new tokens (docs/design.md ยง3).
@@ -9,22 +9,18 @@ so a character-level proxy can write it in under 48 new tokens (docs/design.md ย
   `solution` is the worked chain ending in `\\boxed{}`, `answer` is the boxed content
   (an integer or `\\frac{p}{q}`), as in MATH.
 
-Splits are fixed by a seed: the test split is drawn first (distinct questions), and the train
-split never contains a test question. A test split can be extended past its canonical size for
-tighter evaluations: the draw continues, and extra questions the train split holds are dropped,
-so the first `n_test` rows and the train split stay what they were.
+Each generator draws one row from a `random.Random`; the tasks that use them are in
+`logra.data.registry`, and their splits are drawn by `logra.data.splits`.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
 from fractions import Fraction
 
 GENERATOR_VERSION = 2  # bump whenever the generators' output changes: cached splits are keyed by it
 MAX_COMPLETION_CHARS = 47  # + <eos> = 48 new tokens for a character-level policy
-SPLITS = ("train", "test")
 
 NAMES = (
     ("Ann", "she"), ("Ben", "he"), ("Cal", "he"), ("Dee", "she"), ("Eli", "he"), ("Fay", "she"),
@@ -160,62 +156,3 @@ def latex_number(value: Fraction) -> str:
         return str(value.numerator)
     sign = "-" if value < 0 else ""
     return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
-
-
-GENERATORS: dict[str, tuple[Callable[[random.Random], dict[str, str]], str]] = {
-    "gsm-synth": (gsm_example, "question"),
-    "math-synth": (math_example, "problem"),
-}
-
-
-def generate(task: str, split: str, seed: int, n: int, n_test: int,
-             n_train: int | None = None) -> list[dict[str, str]]:
-    """`n` examples of a generated task's split; the same (task, seed, n_test) gives the same split.
-
-    The test split holds distinct questions; its first `n_test` define it, and train examples
-    never repeat one of them. A test split of `n` > `n_test` rows continues the same draw and
-    skips the questions of the `n_train`-example train split (required then), so its extra rows
-    are held out as well and its first `n_test` rows are the canonical test split.
-    """
-    if task not in GENERATORS:
-        raise ValueError(f"unknown generated task {task!r}; valid: {sorted(GENERATORS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r} for {task}; valid: {list(SPLITS)}")
-    make, key = GENERATORS[task]
-    test_rng = random.Random(f"{task}/test/{seed}")
-    test = _draw(make, key, test_rng, n_test, exclude=set())
-    test_questions = {row[key] for row in test}
-    if split == "train":
-        return _draw(make, key, random.Random(f"{task}/train/{seed}"), n, test_questions,
-                     distinct=False)
-    if n <= n_test:
-        return test[:n]
-    if n_train is None:
-        raise ValueError(f"a {task} test split longer than n_test={n_test} needs n_train, "
-                         "the size of the train split its extra questions must avoid")
-    train = generate(task, "train", seed, n_train, n_test)
-    extra = _draw(make, key, test_rng, n - n_test, test_questions | {row[key] for row in train})
-    return test + extra
-
-
-def _draw(
-    make: Callable[[random.Random], dict[str, str]],
-    key: str,
-    rng: random.Random,
-    n: int,
-    exclude: set[str],
-    distinct: bool = True,
-) -> list[dict[str, str]]:
-    """Draw `n` examples whose `key` is not in `exclude` (and not repeated, if `distinct`)."""
-    rows: list[dict[str, str]] = []
-    seen = set(exclude)
-    for _ in range(100 * n + 1000):
-        if len(rows) == n:
-            return rows
-        row = make(rng)
-        if row[key] in seen:
-            continue
-        if distinct:
-            seen.add(row[key])
-        rows.append(row)
-    raise RuntimeError(f"could not draw {n} distinct examples; the generator's space is too small")

@@ -1,14 +1,14 @@
 """Optimizer comparison: held-out pass@1 after GRPO with each optimizer, at each model size
 (notebooks/04_optimizer_comparison; claims C7, C8).
 
-The runs are built by `logra.experiments.kl_trajectories.grpo_config` — the same method
-definitions (`kl_trajectories.METHODS`) and GRPO keys — so with equal settings the adamw and
-logra runs of the KL notebook are the same runs (same config hash, same run directory) and are
-read back instead of rerun. Each run trains on `task`; its final policy is then evaluated greedily
-on the first `heldout_prompts` test problems of every task of `eval_tasks`, from the run's final
-checkpoint through the runner's own evaluation (cached in <results_dir>/heldout/; the runner's
-evaluation at the last step is reused when it covered the same problems). The policy before
-RL ("base") is evaluated the same way.
+The runs are built by `logra.experiments.grpo_runs.grpo_config`, as the KL notebook's — the
+same method definitions (`grpo_runs.METHODS`) and GRPO keys — so with equal settings the adamw
+and logra runs of the KL notebook are the same runs (same config hash, same run directory) and
+are read back instead of rerun. Each run trains on `task`; its final policy is then evaluated
+greedily on the first `heldout_prompts` test problems of every task of `eval_tasks`, from the
+run's final checkpoint through the runner's own evaluation (cached in <results_dir>/heldout/;
+the runner's evaluation at the last step is reused when it covered the same problems). The
+policy before RL ("base") is evaluated the same way.
 
 `run(cfg)` returns one tidy frame, one row per (model, method, seed, eval task):
 
@@ -37,20 +37,19 @@ import pandas as pd
 
 from logra import io
 from logra.config import load_config
-from logra.experiments import kl_trajectories as kt
+from logra.data import get_task
+from logra.experiments import grpo_runs
+from logra.experiments.grpo_runs import METHODS
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
+from logra.models import SCALES
 from logra.rl import config as grpo
 from logra.rl import run_grpo, runner
 
 EXPERIMENT = "comparison"
 NOTEBOOK = "04_optimizer_comparison"
 FINAL_STEPS = 5
-TASK_LABELS = {"gsm-synth": "GSM8K-like", "math-synth": "MATH-like", "gsm8k": "GSM8K",
-               "math": "MATH"}
-REAL_MODELS = {"1.5b": "Qwen/Qwen2.5-1.5B-Instruct", "7b": "Qwen/Qwen2.5-7B-Instruct",
-               "27b": "google/gemma-3-27b-it"}
-# The report's numbers (docs/claims.md): C7 gives none at 1.5B/7B, C8 these at 27B.
+# The report's numbers (docs/claims.md): C7 gives none at 1.5B/7B, C8 these at 27B, by family.
 REPORTED_27B = {"logra": {"gsm": 84.2, "math": 51.7},
                 "lora": {"gsm": round(84.2 - 7.6, 1), "math": round(51.7 - 7.3, 1)}}
 C7_REPORTED = "at 1.5B and 7B, LoGRA matches or slightly exceeds dense Adam on GSM8K and MATH"
@@ -63,20 +62,15 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     cfg = load_config(EXPERIMENT, scale, **overrides)
     if not cfg["models"] or not cfg["eval_tasks"]:
         raise ValueError("models and eval_tasks must be non-empty")
-    return kt._checked(cfg)
+    return grpo_runs.check_runs(cfg)
 
 
 def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int) -> dict[str, Any]:
-    """The resolved GRPO config of one run (`kl_trajectories.grpo_config` with `model`)."""
+    """The resolved GRPO config of one run (`grpo_runs.grpo_config` with `model`)."""
     values = {"model": model}
     if cfg["task"] is not None:
         values["task"] = cfg["task"]
-    return kt.grpo_config(cfg, method, seed, **values)
-
-
-def family(task: str) -> str:
-    """"gsm" or "math": which reported column a task stands for."""
-    return "math" if "math" in task else "gsm"
+    return grpo_runs.grpo_config(cfg, method, seed, **values)
 
 
 # ---------------------------------------------------------------- held-out evaluation
@@ -143,13 +137,13 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     configs = {(model, m, s): grpo_config(cfg, model, m, s)
                for model in cfg["models"] for m in cfg["methods"] for s in cfg["seeds"]}
     first = next(iter(configs.values()))
-    kt.prepare_inputs(cfg, list(cfg["models"]), list(dict.fromkeys([first["task"],
-                                                                   *cfg["eval_tasks"]])))
+    grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
+                             list(dict.fromkeys([first["task"], *cfg["eval_tasks"]])))
     tasks, prompts = list(cfg["eval_tasks"]), heldout_prompts(cfg)
     jobs = [((model, m, s), heldout_job, (c, tasks, prompts))
             for (model, m, s), c in configs.items()]
     size = {model: i + 1 for i, model in enumerate(cfg["models"])}  # later models: larger
-    jobs.sort(key=lambda job: -kt.METHODS[job[0][1]].cost * size[job[0][0]] ** 2)
+    jobs.sort(key=lambda job: -METHODS[job[0][1]].cost * size[job[0][0]] ** 2)
     jobs += [((model, "base", -1), base_job,
               (configs[(model, cfg["methods"][0], cfg["seeds"][0])], tasks, prompts))
              for model in cfg["models"]]
@@ -186,7 +180,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
 
 
 def _label(method: str) -> str:
-    return "policy before RL" if method == "base" else kt.METHODS[method].label
+    return "policy before RL" if method == "base" else METHODS[method].label
 
 
 def _model_name(model: str) -> str:
@@ -194,7 +188,7 @@ def _model_name(model: str) -> str:
 
 
 def _column(model: str, task: str) -> str:
-    return f"{_model_name(model)} {TASK_LABELS.get(task, task)} ({task}), %"
+    return f"{_model_name(model)} {get_task(task).label} ({task}), %"
 
 
 def accuracy_summary(frame: pd.DataFrame) -> pd.DataFrame:
@@ -282,7 +276,7 @@ def _base_note(summary: pd.DataFrame, cfg: dict[str, Any]) -> str:
             if (model, "base", task) not in summary.index:
                 continue
             base = summary.loc[(model, "base", task), "mean"]
-            better = [kt.METHODS[m].label for m in cfg["methods"]
+            better = [METHODS[m].label for m in cfg["methods"]
                       if summary.loc[(model, m, task), "mean"] - base > cfg["c7_margin"]]
             notes.append(f"{_model_name(model)} {task} {base:.1f} % "
                          f"({', '.join(better) if better else 'no method'} above it by more "
@@ -320,7 +314,7 @@ def c7_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     if verdict == "reproduced" and not _adamw_learned(summary, cfg):
         verdict = "partly"
         text += "; capped at partly: dense AdamW did not improve on the policy before RL"
-    if not any(kt.is_real_scale(cfg, m) for m in cfg["models"]):
+    if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg["models"]):
         text += " (proxy analogue of the claim)"
     text += _base_note(summary, cfg)
     return ClaimRow("C7", C7_REPORTED, text, _scale_text(frame, cfg), verdict)
@@ -333,15 +327,16 @@ def c8_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     below LoGRA by more than max(c7_margin, 2·SE) on every (model, task): reproduced (the row
     says it is the direction at proxy scale); on some: partly; on none: not reproduced."""
     summary = accuracy_summary(frame).set_index(["model", "method", "task"])
-    big = REAL_MODELS["27b"]
+    big = SCALES["27b"].hub_id
     parts, hits, total = [], 0, 0
     if big in cfg["models"]:
         tol = cfg["c8_tolerance"]
         for task in cfg["eval_tasks"]:
-            want = REPORTED_27B["logra"][family(task)]
+            family = get_task(task).family.name
+            want = REPORTED_27B["logra"][family]
             got = summary.loc[(big, "logra", task), "mean"]
             gap = summary.loc[(big, "lora", task), "mean"] - got
-            want_gap = REPORTED_27B["lora"][family(task)] - want
+            want_gap = REPORTED_27B["lora"][family] - want
             hits += int(abs(got - want) <= tol) + int(abs(gap - want_gap) <= tol)
             total += 2
             parts.append(f"{task}: LoGRA {got:.1f} % (reported {want:.1f}), LoRA {gap:+.1f} "
@@ -366,10 +361,10 @@ def gpu_rows(cfg: dict[str, Any]) -> list[ClaimRow]:
     """"needs GPU scale" rows, with the commands, for the reported scales not run here."""
     rows = []
     for scale in ("1.5b", "7b"):
-        if REAL_MODELS[scale] not in cfg["models"]:
+        if SCALES[scale].hub_id not in cfg["models"]:
             rows.append(ClaimRow("C7", C7_REPORTED, _gpu_text(scale), scale.upper(),
                                  "needs GPU scale"))
-    if REAL_MODELS["27b"] not in cfg["models"]:
+    if SCALES["27b"].hub_id not in cfg["models"]:
         text = (_gpu_text("27b") + "; LoGRA alone on one 8×80 GB node (TRL + FSDP2): "
                 "`accelerate launch --config_file experiments/launch/accelerate_fsdp2_8gpu.yaml "
                 "scripts/trl_grpo.py --config experiments/launch/trl_grpo_27b.yaml`")
@@ -379,7 +374,7 @@ def gpu_rows(cfg: dict[str, Any]) -> list[ClaimRow]:
 
 def _gpu_text(scale: str) -> str:
     gpu = config(scale)
-    example = kt.command(grpo_config(gpu, gpu["models"][0], "logra", 0))
+    example = grpo_runs.command(grpo_config(gpu, gpu["models"][0], "logra", 0))
     return (f"not run here (CPU proxies only). Command: `logra-repro reproduce --scale {scale} "
             f"--only {NOTEBOOK}` (every method × {len(gpu['seeds'])} seeds, "
             f"{gpu['steps']:,} steps, evaluated on {' and '.join(gpu['eval_tasks'])}; "
@@ -405,9 +400,9 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             data = frame[(frame["model"] == model) & (frame["task"] == task)]
             for k, method in enumerate(methods):
                 values = 100 * data[data["method"] == method]["accuracy"]
-                color = kt.METHODS[method].color
+                color = METHODS[method].color
                 ax.bar(k, values.mean(), color=color, alpha=0.35, edgecolor=color,
-                       label=kt.METHODS[method].label)
+                       label=METHODS[method].label)
                 ax.scatter(np.full(len(values), k) + np.linspace(-0.15, 0.15, len(values)),
                            values, color=color, s=16, zorder=3)
             base = 100 * data[data["method"] == "base"]["accuracy"]
@@ -415,10 +410,10 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
                 ax.axhline(base.mean(), color="grey", ls="--", lw=1.2,
                            label="policy before RL")
             ax.set_xticks(range(len(methods)))
-            ax.set_xticklabels([kt.METHODS[m].label for m in methods], rotation=30,
+            ax.set_xticklabels([METHODS[m].label for m in methods], rotation=30,
                                ha="right", fontsize=8)
             ax.set_ylabel("held-out greedy pass@1 (%)")
-            ax.set_title(f"{_model_name(model)}: {TASK_LABELS.get(task, task)} ({task})",
+            ax.set_title(f"{_model_name(model)}: {get_task(task).label} ({task})",
                          fontsize=10)
             ax.grid(alpha=0.3, axis="y")
     handles, labels = axes[0, 0].get_legend_handles_labels()
@@ -442,7 +437,7 @@ def plot_cost(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
         state = data["state_bytes"].mean().reindex(methods) / 1e6
         seconds = data["step_seconds"].median().reindex(methods)
         y = np.arange(len(methods)) + (k - (len(models) - 1) / 2) * height
-        colors = [kt.METHODS[m].color for m in methods]
+        colors = [METHODS[m].color for m in methods]
         for ax, values, fmt in ((axes[0], state, "{:.3g} MB"), (axes[1], seconds, "{:.2f} s")):
             ax.barh(y, values, height=height, color=colors, alpha=0.6,
                     hatch=hatches[k % len(hatches)], edgecolor="black", lw=0.4,
@@ -452,7 +447,7 @@ def plot_cost(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
                             textcoords="offset points", va="center", fontsize=8)
     for ax in axes:
         ax.set_yticks(range(len(methods)))
-        ax.set_yticklabels([kt.METHODS[m].label for m in methods])
+        ax.set_yticklabels([METHODS[m].label for m in methods])
         ax.invert_yaxis()
         ax.grid(alpha=0.3, axis="x")
     axes[0].set_xscale("log")

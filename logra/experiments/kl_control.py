@@ -36,8 +36,8 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from logra.config import load_config
+from logra.experiments.grpo_runs import grpo_job, prepare_inputs
 from logra.experiments.jobs import run_jobs
-from logra.experiments.kl_trajectories import grpo_job, prepare_inputs
 from logra.experiments.report import ClaimRow
 from logra.rl import config as grpo
 from logra.rl import runner

@@ -1,19 +1,11 @@
 """KL trajectories: how far each optimizer's policy drifts from the reference during GRPO, and how
 well a step's predicted KL foretells the KL it causes (notebooks/03_kl_trajectories; C5, C6).
 
-Every trajectory is a GRPO run of `logra.rl` (experiments/grpo.yaml at `grpo_scale`, the GRPO keys
-of experiments/kl_trajectories.yaml on top, then the method's optimizer settings and the seed),
-cached by config in <results_dir>/runs/ and resumed when rerun; `command` prints the
-`logra-repro run` line that computes the same run. The methods (`METHODS`):
-
-    adamw          dense torch AdamW, no control (the reference the report compares against)
-    adamw-kl       dense AdamW with the predicted-KL step control: LoGRA with sketch=False on
-                   every parameter, the JVP estimate, budget δ = kl_budget
-    logra          LoGRA, gain reconstruction (the default), control δ, JVP estimate
-    logra-nystrom  LoGRA, truncated Nyström reconstruction, control δ, JVP estimate
-    logra-nokl     LoGRA, gain reconstruction, no control
-    naive          the naive one-sided random projection (RandomProjectionAdam), no control
-    lora, galore, apollo, adafactor   (the comparison notebook's other optimizers)
+Every trajectory is a GRPO run of one of the methods of `logra.experiments.grpo_runs` (its
+`grpo_config`: experiments/grpo.yaml at `grpo_scale`, the GRPO keys of
+experiments/kl_trajectories.yaml on top, then the method's optimizer settings and the seed),
+cached by config in <results_dir>/runs/ and resumed when rerun; `grpo_runs.command` prints the
+`logra-repro run` line that computes the same run.
 
 `run(cfg)` returns one tidy frame: one row per (method, seed, step) with the runner's records
 (`logra.rl.COLUMNS`: kl = exact mean per-token KL(π_θ ‖ π_ref) of the policy that sampled the
@@ -40,7 +32,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +42,24 @@ import torch
 
 from logra import io
 from logra.config import load_config
+from logra.experiments.grpo_runs import (
+    METHODS,
+    check_runs,
+    command,
+    grpo_config,
+    grpo_job,
+    is_real_scale,
+    prepare_inputs,
+)
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
-from logra.models import SCALES, prepare
 from logra.optim.kl import predicted_kl_jvp
 from logra.rl import config as grpo
-from logra.rl import run_grpo, runner
+from logra.rl import runner
 from logra.rl.rollout import Rollout
 
 EXPERIMENT = "kl_trajectories"
 NOTEBOOK = "03_kl_trajectories"
-# keys of experiments/grpo.yaml this experiment sets (null in the YAML: grpo.yaml's value)
-GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "max_new_tokens",
-             "eval_every", "eval_prompts", "eval_batch_size", "results_dir")
 FLOOR = 1e-8  # KL values below this (and the fp32 round-off around 0) are drawn at FLOOR
 C5_REPORTED = ("naive random-projection compression of optimizer states makes KL(π_θ ‖ π_ref) "
                "explode within 50–100 gradient steps")
@@ -71,67 +67,12 @@ C6_REPORTED = ("predicted-KL step control prevents that collapse; KL curves matc
                "over 1,100 steps")
 
 
-@dataclass(frozen=True)
-class Method:
-    """An optimizer setting of the GRPO runs."""
-
-    label: str
-    color: str
-    overrides: dict[str, Any] = field(default_factory=dict)  # GRPO keys beyond `optimizer`
-    optimizer: str = ""
-    controlled: bool = False  # uses the predicted-KL step control
-    cost: float = 1.0  # relative step time measured here (schedules the longest runs first)
-    style: str = "-"  # line style (dashed where a curve may lie on another method's)
-
-
-METHODS: dict[str, Method] = {
-    "adamw": Method("dense AdamW", "#000000", optimizer="adamw"),
-    "adamw-kl": Method("dense AdamW + KL control", "#7f7f7f", optimizer="adamw-kl",
-                       controlled=True, cost=1.3, style="--"),
-    "logra": Method("LoGRA gain + KL control", "#d62728", optimizer="logra", controlled=True,
-                    cost=1.3),
-    "logra-nystrom": Method("LoGRA Nyström + KL control", "#ff7f0e", optimizer="logra",
-                            overrides={"reconstruction": "nystrom"}, controlled=True, cost=1.6),
-    "logra-nokl": Method("LoGRA gain, no control", "#e377c2", optimizer="logra",
-                         overrides={"predicted_kl_threshold": None}, style="--"),
-    "naive": Method("naive random projection", "#1f77b4", optimizer="naive", cost=1.5),
-    "lora": Method("LoRA", "#2ca02c", optimizer="lora", cost=1.5),
-    "galore": Method("GaLore", "#9467bd", optimizer="galore", cost=1.1),
-    "apollo": Method("APOLLO", "#8c564b", optimizer="apollo"),
-    "adafactor": Method("Adafactor", "#17becf", optimizer="adafactor"),
-}
-
-
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     """experiments/kl_trajectories.yaml at `scale`, with `overrides` on top."""
-    return _checked(load_config(EXPERIMENT, scale, **overrides))
-
-
-def _checked(cfg: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(cfg["methods"]) - set(METHODS))
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; valid: {list(METHODS)}")
-    if not cfg["seeds"] or cfg["steps"] < 1 or cfg["workers"] < 0:
-        raise ValueError("seeds must be non-empty, steps >= 1 and workers >= 0 (0: one per "
-                         "CPU core)")
-    return cfg
+    return check_runs(load_config(EXPERIMENT, scale, **overrides))
 
 
 # ---------------------------------------------------------------- GRPO configs
-
-
-def grpo_config(cfg: dict[str, Any], method: str, seed: int, **values: Any) -> dict[str, Any]:
-    """The resolved logra.rl config of `method` at `seed` under experiment config `cfg`.
-
-    `values` override GRPO keys (the comparison notebook sets `model` this way).
-    """
-    spec = METHODS[method]
-    overrides = {k: cfg[k] for k in GRPO_KEYS if k in cfg and cfg[k] is not None}
-    overrides.update(values)
-    overrides.update(steps=cfg["steps"], seed=seed, optimizer=spec.optimizer,
-                     predicted_kl_threshold=cfg["kl_budget"])
-    overrides.update(spec.overrides)
-    return grpo.resolve(scale=cfg["grpo_scale"], **overrides)
 
 
 def calibration_config(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -143,86 +84,31 @@ def calibration_config(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     return grpo.validate(config)
 
 
-ALWAYS_SHOWN = ("optimizer", "seed", "steps", "lr")
-
-
-def command(config: dict[str, Any]) -> str:
-    """The `logra-repro run` line that computes the run of a resolved GRPO `config`: the keys
-    that differ from experiments/grpo.yaml at its scale, and always `ALWAYS_SHOWN`."""
-    scale = config["scale"]
-    base = grpo.resolve(scale=scale)
-    keys = [k for k in config if k != "scale"
-            and (k in ALWAYS_SHOWN or config[k] != base.get(k))]
-    flag = "" if scale == "default" else f" --scale {scale}"
-    pairs = " ".join(f"{k}={_yaml(config[k])}" for k in keys)
-    return f"logra-repro run experiments/grpo.yaml{flag} {pairs}"
-
-
-def _yaml(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(map(str, value)) + "]"
-    return str(value)
-
-
-def is_real_scale(cfg: dict[str, Any], model: str | None = None) -> bool:
-    """Whether the runs of `cfg` use a hub model (GPU scale) rather than a proxy built here."""
-    model = model or grpo.resolve(scale=cfg["grpo_scale"],
-                                  **({"model": cfg["model"]} if cfg.get("model") else {}))["model"]
-    return not (model in SCALES and SCALES[model].is_proxy) and not Path(model).is_dir()
-
-
-def prepare_inputs(cfg: dict[str, Any], models: list[str], tasks: list[str]) -> None:
-    """Build missing proxies and generate the task data in this process, before any worker
-    starts (workers must not build the same proxy or write the same cache at once); both under
-    <results_dir> (models/, data/), where the runs look for them."""
-    from logra.data import load_task
-
-    results = Path(cfg["results_dir"])
-    for model in models:
-        if model in SCALES:
-            prepare(model, root=results / "models", data_dir=results / "data")
-    for task in tasks:
-        for split in ("train", "test"):
-            load_task(task, split, results / "data")
-
-
 # ---------------------------------------------------------------- running
 
 
-def grpo_job(config: dict[str, Any]) -> pd.DataFrame:
-    """One GRPO run (or its cached records)."""
-    return run_grpo(config, progress=False)
+class JVPProbe:
+    """An update hook (`logra.rl.runner.UpdateHook`) that measures every optimizer step by the
+    exact JVP prediction ½·ΔᵀFΔ of the applied update Δ at the pre-step weights, on the step's
+    batch; `values` holds one prediction per step, in nats per token."""
 
+    def __init__(self) -> None:
+        self.values: list[float] = []
 
-class ProbedTrainer(runner.Trainer):
-    """A GRPO trainer whose every optimizer step is also measured by the exact JVP prediction
-    ½·ΔᵀFΔ of the applied update Δ at the pre-step weights, on the step's batch."""
-
-    def __init__(self, config: dict[str, Any], progress: bool = False) -> None:
-        if config["updates_per_batch"] != 1:
-            raise ValueError("the calibration probes one update per batch (updates_per_batch=1)")
-        super().__init__(config, progress)
-        self.probes: list[float] = []
-
-    def _optimizer_step(self, rollout: Rollout) -> None:
-        before = {n: p.detach().clone() for n, p in self.trainable.items()}
-        super()._optimizer_step(rollout)
+    def __call__(self, trainer: runner.Trainer, rollout: Rollout,
+                 before: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
-            after = {n: p.detach().clone() for n, p in self.trainable.items()}
+            after = {n: p.detach().clone() for n, p in trainer.trainable.items()}
             delta = {n: after[n] - before[n] for n in after}
             try:
-                for n, p in self.trainable.items():
+                for n, p in trainer.trainable.items():
                     p.copy_(before[n])
-                probe = predicted_kl_jvp(self.policy, delta, kwargs=rollout.model_inputs(),
+                probe = predicted_kl_jvp(trainer.policy, delta, kwargs=rollout.model_inputs(),
                                          token_mask=rollout.logits_mask())
             finally:
-                for n, p in self.trainable.items():
+                for n, p in trainer.trainable.items():
                     p.copy_(after[n])
-        self.probes.append(float(probe))
+        self.values.append(float(probe))
 
 
 def calibration_run(config: dict[str, Any]) -> pd.DataFrame:
@@ -234,10 +120,13 @@ def calibration_run(config: dict[str, Any]) -> pd.DataFrame:
             / f"{grpo.config_hash(config)}-{config['steps']}.csv")
     if path.exists():
         return pd.read_csv(path)
+    if config["updates_per_batch"] != 1:
+        raise ValueError("the calibration probes one update per batch (updates_per_batch=1)")
     torch.set_num_threads(config["threads"])
-    trainer = ProbedTrainer(config)
+    probe = JVPProbe()
+    trainer = runner.Trainer(config, progress=False, update_hooks=[probe])
     records = [trainer.step(t) for t in range(1, config["steps"] + 1)]
-    frame = runner.frame(records).assign(jvp_kl=trainer.probes)
+    frame = runner.frame(records).assign(jvp_kl=probe.values)
     io.write_frame(path, frame)
     return frame
 

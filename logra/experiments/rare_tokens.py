@@ -64,6 +64,7 @@ from torch import Tensor, nn
 
 from logra.config import load_config
 from logra.experiments import sketch_error as se
+from logra.experiments.plots import rank_axis
 from logra.experiments.report import ClaimRow
 from logra.models.random import random_qwen2
 
@@ -453,7 +454,7 @@ def plot_survival(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             if not part.empty:
                 _band(ax, part, x, rule)
         if x == "rank":
-            se._rank_axis(ax, sorted(sel.loc[sel["rank"] > 0, "rank"].unique()))
+            rank_axis(ax, sorted(sel.loc[sel["rank"] > 0, "rank"].unique()))
             ax.set_xlabel("sketch rank r")
         else:
             ax.set_xscale("log")

@@ -53,10 +53,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 from torch import Tensor, nn
 
 from logra.config import load_config
+from logra.experiments.plots import rank_axis
 from logra.experiments.report import ClaimRow
 from logra.models.random import random_qwen2
 from logra.optim import LoGRA, RandomProjectionAdam, sketch_shapes
@@ -693,15 +693,6 @@ def _panel_title(summary: pd.DataFrame, name: str) -> str:
     return f"{name} ({row.m}×{row.n})"
 
 
-def _rank_axis(ax: plt.Axes, ticks: Iterable[int]) -> None:
-    """A log₂ x axis labelled with the plain tick values."""
-    ticks = sorted(ticks)
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FixedFormatter([str(t) for t in ticks]))
-    ax.xaxis.set_minor_locator(NullLocator())
-
-
 def plot_vs_rank(frame: pd.DataFrame, experiment: str, metric: str, methods: Iterable[str],
                  ylabel: str, log_y: bool, title: str, labels: dict[str, str],
                  reference: tuple[float, str] | None = None) -> plt.Figure:
@@ -724,7 +715,7 @@ def plot_vs_rank(frame: pd.DataFrame, experiment: str, metric: str, methods: Ite
         if reference is not None:
             ax.axhline(reference[0], color="0.55", linewidth=0.9, linestyle=(0, (5, 3)),
                        label=reference[1], zorder=0)
-        _rank_axis(ax, summary["rank"].unique())
+        rank_axis(ax, summary["rank"].unique())
         if log_y:
             ax.set_yscale("log")
         ax.set_title(_panel_title(summary, name), fontsize=10)
@@ -788,7 +779,7 @@ def plot_aspect(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
                 ax.plot(line.aspect, line.value.clip(lower=FLOOR), marker="o", color=colour,
                         label=f"r = {r}")
             ax.axhline(1.0, color="0.55", linewidth=0.9, linestyle=(0, (5, 3)), zorder=0)
-            _rank_axis(ax, s.aspect.unique())
+            rank_axis(ax, s.aspect.unique())
             ax.set_yscale("log")
             ax.set_title(f"{family}: {labels[method]}", fontsize=9)
             ax.grid(True, which="major", alpha=0.3)

@@ -39,8 +39,8 @@ from transformers import (
 
 from logra import io
 from logra.data import load_task, to_prompts, to_sft
-from logra.data.prompts import PROXY_TEMPLATE
-from logra.data.tasks import SYNTH_TASKS, synth_key
+from logra.data.registry import PROXY_TEMPLATE, SYNTH_TASKS
+from logra.data.tasks import synth_key
 from logra.models.evaluate import evaluate_greedy
 from logra.models.ladder import SCALES, ScaleSpec, get_scale
 from logra.models.tokenizer import ALPHABET, SPECIAL_TOKENS, char_tokenizer

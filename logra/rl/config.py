@@ -45,7 +45,7 @@ POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "u
 NONNEGATIVE = ("lr", "weight_decay", "beta")
 POSITIVE = ("clip_eps", "lora_alpha")
 CHOICES: dict[str, tuple[str, ...]] = {
-    "task": TASKS, "dtype": DTYPES, "device": DEVICES, "reconstruction": RECONSTRUCTIONS,
+    "task": tuple(TASKS), "dtype": DTYPES, "device": DEVICES, "reconstruction": RECONSTRUCTIONS,
     "kl_estimator": KL_ESTIMATORS, "optimizer": OPTIMIZERS,
 }
 

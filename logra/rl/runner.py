@@ -5,7 +5,8 @@ One step t = 1 … steps:
   2. sample G completions of each with the current policy π_θ (`rollout.sample`) and grade them;
   3. score the completions under π_θ (with gradients) and the frozen reference π_ref;
   4. `updates_per_batch` times: the GRPO loss (`grpo.grpo_loss`), backward, gradient norm,
-     and the optimizer's step (LoGRA's KL probe first gets the batch: `set_kl_batch`);
+     and the optimizer's step (LoGRA's KL probe first gets the batch: `set_kl_batch`), then
+     the trainer's `update_hooks`;
   5. measure the KL between the policy before and after the update on the same tokens;
   6. every `eval_every` steps: greedy accuracy on the first `eval_prompts` test prompts (a
      generated task's test split extends past its 500 with more held-out problems);
@@ -61,6 +62,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -109,11 +111,23 @@ def step_seed(seed: int, step: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-class Trainer:
-    """Policy, reference, optimizer and data of one run; `step(t)` returns the record of step t."""
+UpdateHook = Callable[["Trainer", Rollout, dict[str, torch.Tensor]], None]
+"""Called after every optimizer step with the trainer, the step's rollout and the trainable
+weights as they were before the step (name -> tensor); the trainer's weights are the updated
+ones, and a hook that changes them must put them back."""
 
-    def __init__(self, config: dict[str, Any], progress: bool = True) -> None:
+
+class Trainer:
+    """Policy, reference, optimizer and data of one run; `step(t)` returns the record of step t.
+
+    `update_hooks` are called after every optimizer step (`UpdateHook`); the pre-step weights
+    are copied for them only when there are any.
+    """
+
+    def __init__(self, config: dict[str, Any], progress: bool = True,
+                 update_hooks: Sequence[UpdateHook] = ()) -> None:
         self.config = config
+        self.update_hooks = tuple(update_hooks)
         device = config["device"]
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -263,12 +277,16 @@ class Trainer:
         return float(torch.stack(grads).norm()) if grads else 0.0
 
     def _optimizer_step(self, rollout: Rollout) -> None:
+        before = ({n: p.detach().clone() for n, p in self.trainable.items()}
+                  if self.update_hooks else {})
         optimizer = self.optimizer
         if (isinstance(optimizer, LoGRA) and optimizer.kl_estimator in ("jvp", "calibrated")
                 and optimizer.step_threshold() is not None):  # δ, or a drift budget alone
             optimizer.set_kl_batch(self.policy, **rollout.model_inputs(),
                                    token_mask=rollout.logits_mask())
         optimizer.step()
+        for hook in self.update_hooks:
+            hook(self, rollout, before)
 
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy on the held-out prompts (each rank a share), and its wall time."""
