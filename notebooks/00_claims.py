@@ -22,19 +22,20 @@
 # `logra-repro reproduce`.
 
 # %%
+from logra import paths
 from logra.experiments import claims, report
-from logra.paths import FIGURES_SCALE
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 readme = "README.md"  # its claims block is rewritten with the ledger; "" leaves it alone
 rewrite_readme = False  # the README follows the default scale only; True: this scale too
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale)
 table = claims.ledger(claims.collect(figures_dir))
 report.show_table(table, "claims", figures_dir)
-if readme and (scale == FIGURES_SCALE or rewrite_readme):
+if readme and (scale == paths.FIGURES_SCALE or rewrite_readme):
     claims.update_readme(table, readme, scale)
 
 # %%

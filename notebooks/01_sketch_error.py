@@ -42,13 +42,15 @@
 # %matplotlib inline
 import time
 
+from logra import paths
 from logra.experiments import report, sketch_error
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale)
 cfg = sketch_error.config(scale)
 start = time.perf_counter()
 frame = sketch_error.run(cfg)

@@ -42,14 +42,16 @@ import dataclasses
 import pandas as pd
 from IPython.display import Markdown, display
 
+from logra import paths
 from logra.experiments import memory, report
 from logra.io import write_frame
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale)
 cfg = memory.config(scale)
 assumptions = memory.assumptions(cfg)
 settings = pd.DataFrame(dataclasses.asdict(assumptions).items(), columns=["assumption", "value"])

@@ -42,18 +42,20 @@
 # %matplotlib inline
 import time
 
+from logra import paths
 from logra.experiments import grpo_runs, report
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.jobs import worker_count
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 seeds = None  # e.g. [0, 1, 2]; None: the scale's
 steps = None  # GRPO steps per run; None: the scale's
 results_dir = None  # where runs are cached; None: the scale's (results/)
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results_dir).items()
              if v is not None}
 cfg = kt.config(scale, **overrides)

@@ -43,16 +43,18 @@
 # %matplotlib inline
 import time
 
+from logra import paths
 from logra.experiments import comparison, grpo_runs, report
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 seeds = None  # e.g. [0, 1, 2]; None: the scale's
 steps = None  # GRPO steps per run; None: the scale's
 results_dir = None  # where runs are cached; None: the scale's (results/)
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results_dir).items()
              if v is not None}
 cfg = comparison.config(scale, **overrides)

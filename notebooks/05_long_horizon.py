@@ -43,14 +43,16 @@ import time
 
 from IPython.display import Markdown, display
 
+from logra import paths
 from logra.experiments import long_horizon, report
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 results_dir = None  # where the proxy and its data are built; None: the scale's (results/)
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 cfg = long_horizon.config(scale, **({} if results_dir is None else {"results_dir": results_dir}))
 start = time.perf_counter()
 frame = long_horizon.run(cfg)

@@ -35,13 +35,15 @@
 # %matplotlib inline
 import time
 
+from logra import paths
 from logra.experiments import rare_tokens, report
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale)
 cfg = rare_tokens.config(scale)
 start = time.perf_counter()
 frame = rare_tokens.run(cfg)

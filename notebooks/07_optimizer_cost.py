@@ -26,15 +26,17 @@
 
 # %%
 # %matplotlib inline
+from logra import paths
 from logra.experiments import optimizer_cost, report
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 device = "cpu"  # cuda: CUDA-event timing and measured memory (scripts/gpu_checks.py runs it)
 dtype = "float32"  # the parameters' dtype: float32 or bfloat16
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale)
 cfg = optimizer_cost.config(scale, device=device, dtype=dtype)
 frame = optimizer_cost.run(cfg)
 print(f"copy bandwidth {frame['bandwidth_gb_s'].iloc[0]:.1f} GB/s on {device}, "

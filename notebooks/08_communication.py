@@ -37,13 +37,15 @@ import time
 
 from IPython.display import Markdown, display
 
+from logra import paths
 from logra.experiments import communication, report
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale)
 cfg = communication.config(scale)
 start = time.perf_counter()
 frame = communication.run(cfg)

@@ -39,12 +39,13 @@
 # %matplotlib inline
 import time
 
+from logra import paths
 from logra.experiments import report
 from logra.experiments import training_quality as tq
 
 # %% tags=["parameters"]
 scale = "default"
-figures_dir = "figures"
+figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 tasks = ["text", "sft"]  # the benchmarks to run
 steps = None  # optimizer steps per run; None: the scale's
 seeds = None  # e.g. [0, 1, 2]; None: the scale's
@@ -53,6 +54,7 @@ data_dir = None  # sft: where gsm-synth is generated; None: the scale's (results
 results_dir = None  # where runs are cached; None: the scale's (results/)
 
 # %%
+figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 results = {}
 for task in tasks:
     cfg = tq.config(scale, task=task, steps=steps, seeds=seeds, corpus=corpus,
