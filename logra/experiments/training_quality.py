@@ -139,7 +139,7 @@ def label(cfg: dict[str, Any], method: str) -> str:
 
 
 RULE_COLORS = {"gain": "tab:red", "nystrom": "lightcoral", "blend": "darkred",
-               "subspace": "tab:pink", "channel": "tab:orange"}
+               "subspace": "tab:pink", "channel": "teal"}
 PRESENTATION = ("label", "color")  # method keys that name and colour it, outside the cache key
 
 
