@@ -11,6 +11,7 @@ import torch
 from logra import notebooks
 from logra.config import ConfigError
 from logra.experiments import sketch_error as se
+from logra.experiments import sketch_error_inputs as inputs
 from logra.experiments.report import VERDICTS
 from logra.optim import sketch_shapes
 
@@ -74,7 +75,7 @@ def test_claim_row_c9(executed) -> None:
 
 
 def test_reconstruct_svd_agrees_with_eckart_young() -> None:
-    M = se.power_law_matrix(48, 32, 1.0, seed=0)
+    M = inputs.power_law_matrix(48, 32, 1.0, seed=0)
     formula = se.svd_errors(M, [4, 8])
     for r in (4, 8):
         M_hat = se.reconstruct(M, r, "svd", seed=0)
@@ -83,7 +84,7 @@ def test_reconstruct_svd_agrees_with_eckart_young() -> None:
 
 
 def test_nystrom_methods_match_the_sketches() -> None:
-    M = se.low_rank_matrix(64, 48, 4, seed=1)
+    M = inputs.low_rank_matrix(64, 48, 4, seed=1)
     # no cutoff is exact at r = rank(M); with the default cutoff, at r = 2·rank(M)
     assert se.relative_error(M, se.reconstruct(M, 4, "nystrom_rtol0", seed=3)) < 1e-4
     for method in ("nystrom_truncated", "nystrom_oversampled"):
@@ -101,18 +102,18 @@ def test_one_sided_projection_keeps_r_over_m_of_a_random_matrix() -> None:
 
 
 def test_generators_have_the_promised_structure() -> None:
-    assert torch.linalg.matrix_rank(se.low_rank_matrix(40, 30, 6, seed=0)) == 6
-    s = torch.linalg.svdvals(se.power_law_matrix(40, 30, 2.0, seed=0))
+    assert torch.linalg.matrix_rank(inputs.low_rank_matrix(40, 30, 6, seed=0)) == 6
+    s = torch.linalg.svdvals(inputs.power_law_matrix(40, 30, 2.0, seed=0))
     assert torch.allclose(s, torch.arange(1, 31, dtype=torch.float32).pow(-2.0), atol=1e-5)
-    G = se.embedding_gradient(500, 16, tokens=64, zipf=1.1, seed=0)
+    G = inputs.embedding_gradient(500, 16, tokens=64, zipf=1.1, seed=0)
     active = int((G.abs().sum(dim=1) > 0).sum())
     assert 1 <= active <= 64
     assert torch.linalg.matrix_rank(G) <= min(active, 16)
-    assert torch.equal(G, se.embedding_gradient(500, 16, tokens=64, zipf=1.1, seed=0))
+    assert torch.equal(G, inputs.embedding_gradient(500, 16, tokens=64, zipf=1.1, seed=0))
 
 
 def test_reconstruction_rows_skip_ranks_logra_does_not_sketch() -> None:
-    M = se.power_law_matrix(32, 16, 1.0, seed=0)
+    M = inputs.power_law_matrix(32, 16, 1.0, seed=0)
     rows = pd.DataFrame(se.reconstruction_rows("reconstruction", "x", "x", M, [4, 8, 12],
                                                [0, 1], 1.0))
     measured = sorted(rows["rank"].unique())

@@ -58,7 +58,15 @@ from torch import Tensor, nn
 from logra.config import load_config
 from logra.experiments.plots import rank_axis
 from logra.experiments.report import ClaimRow
-from logra.models.random import random_qwen2
+from logra.experiments.sketch_error_inputs import (
+    embedding_gradient,
+    low_rank_matrix,
+    power_law_matrix,
+    qwen2_gradient_stream,
+    rng,
+    synthetic_inputs,
+    synthetic_stream,
+)
 from logra.optim import LoGRA, RandomProjectionAdam, sketch_shapes
 from logra.optim import sketch as sk
 
@@ -98,100 +106,6 @@ def method_labels(oversample_ratio: float = 1.0) -> dict[str, str]:
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     """experiments/sketch_error.yaml at `scale`, with `overrides` on top."""
     return load_config("sketch_error", scale, **overrides)
-
-
-# ---------------------------------------------------------------- inputs
-
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _orthonormal(rows: int, cols: int, generator: torch.Generator) -> Tensor:
-    q, _ = torch.linalg.qr(torch.randn(rows, cols, generator=generator))
-    return q
-
-
-def spectrum_matrix(m: int, n: int, singular_values: Tensor, seed: int) -> Tensor:
-    """U diag(σ) Vᵀ with Haar-random orthonormal U (m×p), V (n×p), p = len(σ) ≤ min(m, n)."""
-    g = _generator(seed)
-    p = len(singular_values)
-    return _orthonormal(m, p, g) @ torch.diag(singular_values.float()) @ _orthonormal(n, p, g).T
-
-
-def low_rank_matrix(m: int, n: int, rank: int, seed: int) -> Tensor:
-    """An m×n matrix of exact rank `rank` with equal singular values."""
-    return spectrum_matrix(m, n, torch.ones(rank), seed)
-
-
-def power_law_matrix(m: int, n: int, alpha: float, seed: int) -> Tensor:
-    """An m×n matrix with singular values σ_i = i^-α, i = 1..min(m, n)."""
-    index = torch.arange(1, min(m, n) + 1, dtype=torch.float64)
-    return spectrum_matrix(m, n, index.pow(-alpha), seed)
-
-
-def embedding_gradient(m: int, n: int, tokens: int, zipf: float, seed: int) -> Tensor:
-    """A synthetic embedding gradient G = Σ_p e_{t_p} h_pᵀ (m = vocabulary, n = hidden).
-
-    `tokens` positions draw token ids t_p with probability ∝ (frequency rank)^-zipf, the ranks
-    assigned to ids by a random permutation; each position contributes a hidden-space gradient
-    h_p ~ N(0, I_n). Only the rows of tokens present are non-zero, row i has norm ≈ √count_i·√n,
-    and rank(G) ≤ min(#distinct tokens, n).
-    """
-    g = _generator(seed)
-    weights = torch.arange(1, m + 1, dtype=torch.float64).pow(-zipf)
-    ids = torch.randperm(m, generator=g)[torch.multinomial(weights, tokens, True, generator=g)]
-    hidden = torch.randn(tokens, n, generator=g)
-    return torch.zeros(m, n).index_add_(0, ids, hidden)
-
-
-def synthetic_inputs(cfg: dict[str, Any]) -> dict[str, Tensor]:
-    """The synthetic matrices of the reconstruction experiment, by input name."""
-    m, n = cfg["synthetic_shape"]
-    inputs = {f"rank {k}": low_rank_matrix(m, n, k, cfg["seed"] + k) for k in cfg["low_ranks"]}
-    for alpha in cfg["power_law_alphas"]:
-        inputs[f"power law α={alpha:g}"] = power_law_matrix(m, n, alpha, cfg["seed"] + 1000)
-    return inputs
-
-
-def qwen2_model(cfg: dict[str, Any]) -> nn.Module:
-    """A randomly initialised Qwen2 causal LM built from a local config (nothing downloaded)."""
-    return random_qwen2(
-        vocab_size=cfg["qwen_vocab"], hidden_size=cfg["qwen_hidden"],
-        intermediate_size=cfg["qwen_intermediate"], num_hidden_layers=cfg["qwen_layers"],
-        num_attention_heads=cfg["qwen_heads"], num_key_value_heads=cfg["qwen_kv_heads"],
-        max_position_embeddings=max(128, cfg["qwen_seq"]), seed=cfg["seed"],
-    )
-
-
-def qwen2_gradient_stream(cfg: dict[str, Any]) -> dict[str, list[Tensor]]:
-    """Gradients of every 2-D weight of `qwen2_model` on `stream_steps` random token batches.
-
-    The weights stay at their initialisation (the stream is minibatch noise around one point);
-    each batch is qwen_batch × qwen_seq uniform random tokens, causal-LM loss.
-    Returns {parameter name: [G_1, …, G_T]}.
-    """
-    model = qwen2_model(cfg)
-    g = _generator(cfg["seed"] + 1)
-    matrices = {name: p for name, p in model.named_parameters() if p.ndim == 2}
-    stream: dict[str, list[Tensor]] = {name: [] for name in matrices}
-    for _ in range(cfg["stream_steps"]):
-        ids = torch.randint(0, cfg["qwen_vocab"], (cfg["qwen_batch"], cfg["qwen_seq"]), generator=g)
-        model.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
-        for name, p in matrices.items():
-            stream[name].append(p.grad.detach().clone())
-    return stream
-
-
-def synthetic_stream(matrix: Tensor, family: Callable[[int], Tensor], steps: int,
-                     noise: float) -> list[Tensor]:
-    """G_t = M + noise·‖M‖_F·E_t/‖E_t‖_F, E_t = family(t) a fresh draw of the same family."""
-    stream = []
-    for t in range(steps):
-        e = family(t)
-        stream.append(matrix + noise * matrix.norm() * e / e.norm())
-    return stream
 
 
 # ---------------------------------------------------------------- measurements
@@ -362,7 +276,7 @@ def train(model: nn.Module, rule: str, rank: int, lr: float, betas: tuple[float,
 def least_squares_data(cfg: dict[str, Any]) -> tuple[Tensor, Tensor]:
     """X (N×d_in) ~ N(0, I), Y = X W*ᵀ + 0.01·noise with a dense W* (d_out×d_in) of norm ~1/row."""
     d_out, d_in = cfg["lstsq_shape"]
-    g = _generator(cfg["seed"] + 2)
+    g = rng(cfg["seed"] + 2)
     x = torch.randn(cfg["lstsq_samples"], d_in, generator=g)
     w_star = torch.randn(d_out, d_in, generator=g) / math.sqrt(d_in)
     return x, x @ w_star.T + 0.01 * torch.randn(cfg["lstsq_samples"], d_out, generator=g)
@@ -387,8 +301,8 @@ def train_least_squares(cfg: dict[str, Any], rule: str) -> list[float]:
 
 def cluster_data(cfg: dict[str, Any], samples: int, seed: int) -> tuple[Tensor, Tensor]:
     """Gaussian clusters: centres c_k ~ N(0, I_d) (cfg seed), x = c_y + mlp_noise·N(0, I_d)."""
-    centres = torch.randn(cfg["mlp_classes"], cfg["mlp_dim"], generator=_generator(cfg["seed"]))
-    g = _generator(seed)
+    centres = torch.randn(cfg["mlp_classes"], cfg["mlp_dim"], generator=rng(cfg["seed"]))
+    g = rng(seed)
     y = torch.randint(0, cfg["mlp_classes"], (samples,), generator=g)
     return centres[y] + cfg["mlp_noise"] * torch.randn(samples, cfg["mlp_dim"], generator=g), y
 
@@ -406,7 +320,7 @@ def train_classifier(cfg: dict[str, Any], rule: str) -> tuple[list[float], float
     """Minibatch cross-entropy training; full training-set loss per step and test accuracy."""
     x, y = cluster_data(cfg, cfg["mlp_samples"], cfg["seed"] + 3)
     x_test, y_test = cluster_data(cfg, cfg["mlp_samples"], cfg["seed"] + 4)
-    g = _generator(cfg["seed"] + 5)
+    g = rng(cfg["seed"] + 5)
     batches = []
     for _ in range(cfg["train_steps"]):
         idx = torch.randint(0, cfg["mlp_samples"], (cfg["mlp_batch"],), generator=g)
@@ -591,6 +505,9 @@ def _sorted(table: pd.DataFrame, frame: pd.DataFrame, by: tuple[str, ...] = ("in
         return column.map(ranks[column.name].index) if column.name in ranks else column
 
     return table.sort_values(list(by), key=key).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- claim C9
 
 
 def c9_claim(frame: pd.DataFrame, cfg: dict[str, Any], threshold: float | None = None
