@@ -43,7 +43,7 @@
 import time
 
 from logra import paths
-from logra.experiments import report, sketch_error
+from logra.experiments import report, sketch_error, sketch_error_measures
 
 # %% tags=["parameters"]
 scale = "default"
@@ -55,7 +55,7 @@ cfg = sketch_error.config(scale)
 start = time.perf_counter()
 frame = sketch_error.run(cfg)
 print(f"{len(frame):,} measurements in {time.perf_counter() - start:.0f} s (scale={scale!r})")
-print(f"LoGRA's default pseudo-inverse cutoff: rtol = {sketch_error.default_rtol():g}")
+print(f"LoGRA's default pseudo-inverse cutoff: rtol = {sketch_error_measures.default_rtol():g}")
 
 # %% [markdown]
 # ## 1 · Reconstruction error against rank

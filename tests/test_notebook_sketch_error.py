@@ -12,6 +12,7 @@ from logra import notebooks
 from logra.config import ConfigError
 from logra.experiments import sketch_error as se
 from logra.experiments import sketch_error_inputs as inputs
+from logra.experiments import sketch_error_measures as measures
 from logra.experiments.report import VERDICTS
 from logra.optim import sketch_shapes
 
@@ -40,7 +41,7 @@ def test_notebook_writes_every_figure_and_table(executed, assert_figure) -> None
 def test_svd_is_the_floor_and_nystrom_is_exact_on_low_rank(executed) -> None:
     table = pd.read_csv(executed / "sketch_error.csv")
     ranks = se.config("smoke")["table_ranks"]
-    assert set(table.method) == set(se.METHODS)
+    assert set(table.method) == set(measures.METHODS)
     assert {"rank 8", "qwen2 layers", "qwen2 embed_tokens", "qwen2 lm_head"} <= set(table.input)
     for r in ranks:
         errors = table.pivot(index="input", columns="method", values=f"error r={r}")
@@ -55,11 +56,11 @@ def test_svd_is_the_floor_and_nystrom_is_exact_on_low_rank(executed) -> None:
 
 def test_direction_and_training_tables_are_sane(executed) -> None:
     directions = pd.read_csv(executed / "sketch_error_direction.csv")
-    assert set(directions.method) == set(se.RULES[1:])
+    assert set(directions.method) == set(measures.RULES[1:])
     values = directions.filter(like="cos vs AdamW").to_numpy()
     assert ((values >= -1) & (values <= 1)).all()
     training = pd.read_csv(executed / "sketch_error_training.csv").set_index("rule")
-    assert set(training.index) == set(se.RULES)
+    assert set(training.index) == set(measures.RULES)
     assert training["final loss, least squares"]["adamw"] < 0.5  # it learned something
     assert training["test accuracy, mlp classifier"].between(0, 1).all()
 
@@ -76,28 +77,28 @@ def test_claim_row_c9(executed) -> None:
 
 def test_reconstruct_svd_agrees_with_eckart_young() -> None:
     M = inputs.power_law_matrix(48, 32, 1.0, seed=0)
-    formula = se.svd_errors(M, [4, 8])
+    formula = measures.svd_errors(M, [4, 8])
     for r in (4, 8):
-        M_hat = se.reconstruct(M, r, "svd", seed=0)
-        assert se.relative_error(M, M_hat) == pytest.approx(formula[r][0], rel=1e-4)
-        assert se.cosine(M, M_hat) == pytest.approx(formula[r][1], rel=1e-4)
+        M_hat = measures.reconstruct(M, r, "svd", seed=0)
+        assert measures.relative_error(M, M_hat) == pytest.approx(formula[r][0], rel=1e-4)
+        assert measures.cosine(M, M_hat) == pytest.approx(formula[r][1], rel=1e-4)
 
 
 def test_nystrom_methods_match_the_sketches() -> None:
     M = inputs.low_rank_matrix(64, 48, 4, seed=1)
     # no cutoff is exact at r = rank(M); with the default cutoff, at r = 2·rank(M)
-    assert se.relative_error(M, se.reconstruct(M, 4, "nystrom_rtol0", seed=3)) < 1e-4
+    assert measures.relative_error(M, measures.reconstruct(M, 4, "nystrom_rtol0", seed=3)) < 1e-4
     for method in ("nystrom_truncated", "nystrom_oversampled"):
-        assert se.relative_error(M, se.reconstruct(M, 8, method, seed=3)) < 1e-4, method
-    assert se.reconstruct(M, 40, "nystrom_oversampled", seed=0) is None  # k = 80 > m = 64
+        assert measures.relative_error(M, measures.reconstruct(M, 8, method, seed=3)) < 1e-4, method
+    assert measures.reconstruct(M, 40, "nystrom_oversampled", seed=0) is None  # k = 80 > m = 64
 
 
 def test_one_sided_projection_keeps_r_over_m_of_a_random_matrix() -> None:
     M = torch.randn(512, 256, generator=torch.Generator().manual_seed(0))
-    err = se.relative_error(M, se.reconstruct(M, 64, "projection", seed=0))
+    err = measures.relative_error(M, measures.reconstruct(M, 64, "projection", seed=0))
     assert err == pytest.approx(math.sqrt(1 - 64 / 512), abs=0.01)
     wide = M.T.contiguous()  # m < n: projects the larger (column) side
-    assert se.relative_error(wide, se.reconstruct(wide, 64, "projection", seed=0)) == \
+    assert measures.relative_error(wide, measures.reconstruct(wide, 64, "projection", seed=0)) == \
         pytest.approx(math.sqrt(1 - 64 / 512), abs=0.01)
 
 
@@ -114,34 +115,34 @@ def test_generators_have_the_promised_structure() -> None:
 
 def test_reconstruction_rows_skip_ranks_logra_does_not_sketch() -> None:
     M = inputs.power_law_matrix(32, 16, 1.0, seed=0)
-    rows = pd.DataFrame(se.reconstruction_rows("reconstruction", "x", "x", M, [4, 8, 12],
+    rows = pd.DataFrame(measures.reconstruction_rows("reconstruction", "x", "x", M, [4, 8, 12],
                                                [0, 1], 1.0))
     measured = sorted(rows["rank"].unique())
     assert measured == [r for r in (4, 8, 12) if sketch_shapes((32, 16), r) is not None]
-    assert set(rows.method) == set(se.METHODS)
+    assert set(rows.method) == set(measures.METHODS)
     assert (rows[rows.method == "svd"].seed == -1).all()
 
 
 def test_applied_updates_follow_each_rule() -> None:
     g = torch.Generator().manual_seed(0)
     stream = [[torch.randn(64, 32, generator=g) for _ in range(3)]]
-    adam = se.applied_updates(stream, "adamw", 1, lr=1e-3, betas=(0.9, 0.999))
+    adam = measures.applied_updates(stream, "adamw", 1, lr=1e-3, betas=(0.9, 0.999))
     # Adam's first step is −lr·sign(G) (up to ε)
     assert torch.allclose(adam[0][0], -1e-3 * stream[0][0].sign(), atol=1e-8)
     for rule in ("logra_gain", "logra_nystrom", "naive_projection"):
-        updates = se.applied_updates(stream, rule, 4, lr=1e-3, betas=(0.9, 0.999))
+        updates = measures.applied_updates(stream, rule, 4, lr=1e-3, betas=(0.9, 0.999))
         assert len(updates) == 3 and updates[0][0].shape == (64, 32)
-    gain = se.applied_updates(stream, "logra_gain", 4, lr=1e-3, betas=(0.9, 0.999))
+    gain = measures.applied_updates(stream, "logra_gain", 4, lr=1e-3, betas=(0.9, 0.999))
     for t in range(3):  # the gain rule is always a descent direction
-        assert se.cosine(gain[t][0], -stream[0][t]) > 0
+        assert measures.cosine(gain[t][0], -stream[0][t]) > 0
 
 
 def test_direction_rows_compare_with_adamw() -> None:
     g = torch.Generator().manual_seed(0)
     streams = {"w": [torch.randn(64, 32, generator=g) for _ in range(2)]}
-    rows = pd.DataFrame(se.direction_rows("x", streams, [4, 64], 1e-3, (0.9, 0.999)))
+    rows = pd.DataFrame(measures.direction_rows("x", streams, [4, 64], 1e-3, (0.9, 0.999)))
     assert set(rows["rank"]) == {4}  # rank 64 is not sketched on a 64×32 matrix
-    assert set(rows.method) == set(se.RULES[1:])
+    assert set(rows.method) == set(measures.RULES[1:])
     assert rows.value.between(-1, 1).all()
 
 

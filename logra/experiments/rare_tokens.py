@@ -2,8 +2,8 @@
 
 The report says that rare but important tokens (minus signs, decimal points), whose gradient
 mass is small, lose their signal in LoGRA's sketch. Two measurements, both with the optimizers'
-real updates (`sketch_error.make_optimizer`: AdamW, LoGRA "gain", LoGRA "nystrom", the naive
-random projection; weight decay 0, no KL control):
+real updates (`sketch_error_measures.make_optimizer`: AdamW, LoGRA "gain", LoGRA "nystrom", the
+naive random projection; weight decay 0, no KL control):
 
 (a) survival. An embedding-shaped gradient stream G_1..G_T ∈ R^{m×n} (m = vocabulary, n = hidden)
     made of a large common part and a small rare part:
@@ -64,11 +64,12 @@ from torch import Tensor, nn
 
 from logra.config import load_config
 from logra.experiments import sketch_error as se
+from logra.experiments import sketch_error_measures as measures
 from logra.experiments.plots import rank_axis
 from logra.experiments.report import ClaimRow
 from logra.models.random import random_qwen2
 
-RULES = se.RULES  # adamw, logra_gain, logra_nystrom, naive_projection
+RULES = measures.RULES  # adamw, logra_gain, logra_nystrom, naive_projection
 LOGRA_RULES = ("logra_gain", "logra_nystrom")
 COLUMNS = ("experiment", "method", "rank", "share", "seed", "step", "metric", "value")
 PLANTED, RARE, TRIGGER = 0, 1, 2  # token ids of the LM in (b); the rest are common
@@ -131,13 +132,13 @@ def survival_rows(cfg: dict[str, Any], share: float, seed: int) -> list[dict[str
     stream, rows = rare_stream(cfg, share, seed)
     signal = torch.stack(stream).mean(dim=0)[rows]
     shape = tuple(cfg["vocab_shape"])
-    runs = [("adamw", -1)] + [(rule, r) for r in cfg["ranks"] if se.measurable(shape, r)
+    runs = [("adamw", -1)] + [(rule, r) for r in cfg["ranks"] if measures.measurable(shape, r)
                               for rule in RULES[1:]]
     base = dict(experiment="survival", share=share, seed=seed, step=-1)
     out, reference = [], None
     for rule, rank in runs:
-        updates = se.applied_updates([stream], rule, max(rank, 1), cfg["survival_lr"],
-                                     tuple(cfg["betas"]))
+        updates = measures.applied_updates([stream], rule, max(rank, 1), cfg["survival_lr"],
+                                           tuple(cfg["betas"]))
         displacement = -torch.stack([u[0] for u in updates]).sum(dim=0)
         metrics = rare_metrics(displacement, rows, signal)
         if rule == "adamw":
@@ -254,8 +255,8 @@ def fix_rows(cfg: dict[str, Any], seed: int) -> list[dict[str, Any]]:
         model = lm(cfg, seed)
         model.load_state_dict(state)
         rank = -1 if rule == "adamw" else cfg["fix_rank"]
-        opt = se.make_optimizer(rule, list(model.parameters()), max(rank, 1), cfg["fix_lr"],
-                                tuple(cfg["betas"]))
+        opt = measures.make_optimizer(rule, list(model.parameters()), max(rank, 1), cfg["fix_lr"],
+                                      tuple(cfg["betas"]))
         g = torch.Generator().manual_seed(seed + 104729)
         fixed_at = math.nan
         for step in range(cfg["max_fix_steps"] + 1):
