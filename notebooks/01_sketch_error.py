@@ -34,16 +34,19 @@
 #    embedding-like gradient (only the rows of the tokens in the batch are non-zero).
 # 4. **Training**: least squares and a small MLP classifier with each optimizer.
 #
-# All logic lives in `logra.experiments.sketch_error`; the sketches are the optimizer's own
-# functions (`logra.optim.sketch`). Nothing here is a policy, so the predicted-KL step control is
-# off (`predicted_kl_threshold=None`) throughout, and weight decay is 0.
+# All logic lives in `logra.experiments.sketch_error` (config, run, tables, claim) and the modules
+# it draws on: `sketch_error_inputs` (matrices, gradient streams), `sketch_error_measures`
+# (reconstructions, update directions), `sketch_error_training` (training runs) and
+# `sketch_error_plots` (figures). The sketches are the optimizer's own functions
+# (`logra.optim.sketch`). Nothing here is a policy, so the predicted-KL step control is off
+# (`predicted_kl_threshold=None`) throughout, and weight decay is 0.
 
 # %%
 # %matplotlib inline
 import time
 
 from logra import paths
-from logra.experiments import report, sketch_error, sketch_error_measures
+from logra.experiments import report, sketch_error, sketch_error_measures, sketch_error_plots
 
 # %% tags=["parameters"]
 scale = "default"
@@ -67,8 +70,8 @@ print(f"LoGRA's default pseudo-inverse cutoff: rtol = {sketch_error_measures.def
 # measured on a matrix only where r·(m+n) < m·n).
 
 # %%
-report.show_plot(sketch_error.FIGURES, "sketch_error", frame, cfg, figures_dir)
-report.show_plot(sketch_error.FIGURES, "sketch_error_cosine", frame, cfg, figures_dir)
+report.show_plot(sketch_error_plots.FIGURES, "sketch_error", frame, cfg, figures_dir)
+report.show_plot(sketch_error_plots.FIGURES, "sketch_error_cosine", frame, cfg, figures_dir)
 report.show_table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_error", figures_dir)
 
 # %% [markdown]
@@ -95,7 +98,7 @@ report.show_table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_e
 # `W_t − W_{t−1}` with AdamW's, averaged over the steps.
 
 # %%
-report.show_plot(sketch_error.FIGURES, "sketch_error_direction", frame, cfg, figures_dir)
+report.show_plot(sketch_error_plots.FIGURES, "sketch_error_direction", frame, cfg, figures_dir)
 report.show_table(sketch_error.direction_table(frame, cfg["table_ranks"]),
                   "sketch_error_direction", figures_dir)
 
@@ -116,7 +119,7 @@ report.show_table(sketch_error.direction_table(frame, cfg["table_ranks"]),
 # r ≥ 64.
 
 # %%
-report.show_plot(sketch_error.FIGURES, "sketch_error_aspect", frame, cfg, figures_dir)
+report.show_plot(sketch_error_plots.FIGURES, "sketch_error_aspect", frame, cfg, figures_dir)
 report.show_table(sketch_error.aspect_table(frame), "sketch_error_aspect", figures_dir)
 
 # %% [markdown]
@@ -127,7 +130,7 @@ report.show_table(sketch_error.aspect_table(frame), "sketch_error_aspect", figur
 # Sketched optimizers use the same rank r on every matrix; 1-D parameters get dense AdamW.
 
 # %%
-report.show_plot(sketch_error.FIGURES, "sketch_error_training", frame, cfg, figures_dir)
+report.show_plot(sketch_error_plots.FIGURES, "sketch_error_training", frame, cfg, figures_dir)
 report.show_table(sketch_error.training_table(frame), "sketch_error_training", figures_dir)
 
 # %% [markdown]

@@ -14,6 +14,7 @@ from logra.experiments import sketch_error as se
 from logra.experiments import sketch_error_inputs as inputs
 from logra.experiments import sketch_error_measures as measures
 from logra.experiments.report import VERDICTS
+from logra.experiments.sketch_error_plots import FIGURES
 from logra.optim import sketch_shapes
 
 
@@ -30,7 +31,7 @@ def executed(tmp_path_factory: pytest.TempPathFactory):
 
 def test_notebook_writes_every_figure_and_table(executed, assert_figure) -> None:
     assert (executed / "01_sketch_error.ipynb").exists()
-    for name in se.FIGURES:
+    for name in FIGURES:
         for suffix in (".png", ".pdf"):
             assert_figure(executed / f"{name}{suffix}")
     for name in ("sketch_error", "sketch_error_direction", "sketch_error_aspect",

@@ -63,10 +63,10 @@ import torch
 from torch import Tensor, nn
 
 from logra.config import load_config
-from logra.experiments import sketch_error as se
 from logra.experiments import sketch_error_measures as measures
 from logra.experiments.plots import rank_axis
 from logra.experiments.report import ClaimRow
+from logra.experiments.sketch_error_plots import method_labels
 from logra.models.random import random_qwen2
 
 RULES = measures.RULES  # adamw, logra_gain, logra_nystrom, naive_projection
@@ -419,7 +419,7 @@ STYLE = {
     "logra_nystrom": dict(color=plt.get_cmap("tab10").colors[0], linestyle="--", marker="s"),
     "naive_projection": dict(color=plt.get_cmap("tab10").colors[7], linestyle="-.", marker="x"),
 }
-LABELS = se.method_labels()
+LABELS = method_labels()
 
 
 def _band(ax: plt.Axes, sel: pd.DataFrame, x: str, rule: str, marker: bool = True) -> None:
