@@ -330,7 +330,7 @@ def test_projections_are_regenerated_identically_or_cached() -> None:
     opt_b = LoGRA(b.parameters(), lr=1e-3, rank=4, seed=3, cache_projections=True)
     train(a, opt_a, range(4))
     train(b, opt_b, range(4))
-    assert opt_b._projection_cache and not opt_a._projection_cache
+    assert opt_b.projection_bank.cached and not opt_a.projection_bank.cached
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q)
 

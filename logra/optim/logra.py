@@ -54,23 +54,13 @@ forward hands back no logits), a trainer that measures each step's KL can report
 has no unit: the step warns once, and the control does not act.
 
 Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n). P and Q depend
-on (seed, shape, refresh epoch) only; they are drawn and QR-factored on the CPU (bit-identical on
-every device) and copied to the parameters' device. `cache_projections=True` keeps each distinct
-shape's pair there until the next refresh epoch (m·k + n·r fp32 numbers per distinct shape,
-outside `optimizer.state`); False regenerates them every step and keeps nothing outside
-`optimizer.state` (which offloading needs). The default, None, caches the projections of
-parameters on an accelerator and regenerates those of CPU parameters: measured on one CPU thread
-(`optimizer_cost.projection_cost`, r = 16), regenerating costs 0.2 ms a step on proxy-1m,
-0.6 ms on proxy-16m, 3.7 ms on a Qwen2.5-1.5B layer (1–3 % of the step) for a cache of 0.09,
-0.33 and 1.4 MB. On a GPU, where a step takes about a millisecond, the same CPU QRs and their
-blocking host-to-device copies are expected to dominate it; not measured yet
-(`python scripts/gpu_checks.py --only projections` on a GPU measures it).
-Δ itself is never stored: it is recomputed a block of rows at a time
-for the KL estimate and for the update (`logra.optim.updates`), so the step's peak memory is
-parameters + gradients + state + cache-sized blocks. The one exception is a step the JVP probes
-(every step of the default estimator when it has a batch): the JVP needs Δ whole, so Δ is written
-into the gradient buffer (free once sketched), and after such a step `p.grad` holds the unscaled
-Δ, not the gradient.
+on (seed, shape, refresh epoch) only: the projection bank (`logra.optim.projections`) draws them
+and keeps them between steps or not (`cache_projections`, with its measured costs). Δ itself is
+never stored: it is recomputed a block of rows at a time for the KL estimate and for the update
+(`logra.optim.updates`), so the step's peak memory is parameters + gradients + state +
+cache-sized blocks. The one exception is a step the JVP probes (every step of the default
+estimator when it has a batch): the JVP needs Δ whole, so Δ is written into the gradient buffer
+(free once sketched), and after such a step `p.grad` holds the unscaled Δ, not the gradient.
 
 More than one device (docs/distributed.md): under DDP every rank takes the same step from the
 all-reduced gradients (the JVP estimator averages its prediction over `process_group`);
@@ -131,6 +121,7 @@ from logra.optim.kl import (
     predicted_kl_jvp,
     token_count,
 )
+from logra.optim.projections import ProjectionBank
 from logra.optim.updates import (
     BlendUpdate,
     DenseUpdate,
@@ -166,6 +157,12 @@ def _group_setting(key: str) -> property:
     """A read-only view of a KL-control key, the same in every param group (set it there)."""
     return property(lambda self: self._kl_control()[key],
                     doc=f"`{key}` of the param groups (read-only: set group[{key!r}])")
+
+
+def _component_attribute(component: str, name: str, doc: str) -> property:
+    """An attribute of LoGRA that one of its components keeps, read and set through."""
+    return property(lambda self: getattr(getattr(self, component), name),
+                    lambda self, value: setattr(getattr(self, component), name, value), doc=doc)
 
 
 # foreach=None batches tensors of at most this many elements (see LoGRA._units): on an
@@ -231,8 +228,8 @@ class LoGRA(Optimizer):
         cache_projections: True keeps P and Q on the device between steps (m·k + n·r fp32
             numbers per distinct shape; no per-step QR or host-to-device copy); False
             regenerates them every step, nothing kept outside `optimizer.state`; None (default)
-            caches them for parameters on an accelerator, not for CPU parameters (module
-            docstring: the measurement).
+            caches them for parameters on an accelerator, not for CPU parameters
+            (`logra.optim.projections`: the measurement).
         reconstruction: "gain" (default), "nystrom", "blend", "subspace" or "channel"; see
             the module docstring.
         kl_estimator: how KL̂ is predicted, in nats per token (module docstring):
@@ -304,8 +301,7 @@ class LoGRA(Optimizer):
             if value:
                 raise ValueError(f"LoGRA does not support {flag}=True")
         kl_fit = KLCalibration(kl_calibration_window)  # validates the window
-        if refresh_every is not None and (not isinstance(refresh_every, int) or refresh_every < 1):
-            raise ValueError(f"refresh_every must be a positive int or None, got {refresh_every}")
+        self.projection_bank = ProjectionBank(cache_projections, refresh_every)  # and the period
         if not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         defaults = dict(
@@ -321,13 +317,10 @@ class LoGRA(Optimizer):
         self._reference_kls: list[float] = []  # the last KL(π_θ ‖ π_ref) the trainer reported
         self._kl_steps = 0  # the probe schedule: steps taken (with the control off, skipped too)
         self._warned_uncalibrated = False
-        self.cache_projections = cache_projections
-        self.refresh_every = refresh_every
         self.process_group = process_group
         self._skipped_on_host = 0  # skipped steps known on the host
         self._skipped_on_device: Tensor | None = None  # those with the control off (int64)
         self.last_step: dict[str, Any] = {}
-        self._projection_cache: dict[tuple, Tensor] = {}
         self._recorder: BatchRecorder | None = None
         self._kl_model: nn.Module | None = None
         self._kl_batch: tuple[tuple, dict, Tensor | None] | None = None
@@ -348,6 +341,12 @@ class LoGRA(Optimizer):
     @skipped_steps.setter
     def skipped_steps(self, count: int) -> None:
         self._skipped_on_host, self._skipped_on_device = int(count), None
+
+    cache_projections = _component_attribute(
+        "projection_bank", "cache", "Which projections are kept between steps (True, False, "
+        "None: on an accelerator only; `logra.optim.projections`).")
+    refresh_every = _component_attribute(
+        "projection_bank", "refresh_every", "Steps between new projections (None: fixed).")
 
     # ------------------------------------------------------------------ configuration
 
@@ -513,7 +512,7 @@ class LoGRA(Optimizer):
         gate = StepGate(_finite(checked, mesh_group))
         updates = [self._update_unit(unit, sketch, gate)
                    for unit, sketch in zip(units, sketches, strict=True)]
-        self._drop_projections()
+        self.projection_bank.end_step()
         if not control:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
                 update.apply(1.0, gate.skip)
@@ -634,8 +633,7 @@ class LoGRA(Optimizer):
                 continue
             state = self.state.get(p)  # (indexing the defaultdict would add an entry)
             step = int(state["step"].item()) if state else 0
-            slot = _Slot(group, p, -1, "", p, p, None)
-            plans.append(self._projections(slot, self._epoch(step + 1)))
+            plans.append(self.projection_bank.pair(group, p, step + 1))
         return plans
 
     def projections(self, param: Tensor) -> tuple[Tensor, Tensor]:
@@ -651,53 +649,13 @@ class LoGRA(Optimizer):
         if not state or "exp_avg_L" not in state:
             raise ValueError(f"parameter of shape {tuple(param.shape)} has no sketch moments "
                              "(not sketched, or no step taken yet)")
-        slot = _Slot(group, param, -1, "", param, param, None)
-        return self._projections(slot, self._epoch(int(state["step"].item())))
+        return self.projection_bank.pair(group, param, int(state["step"].item()))
 
     def _sketch_shapes(self, slot: _Slot):
         group = slot.group
         if not group["sketch"]:
             return None
         return sketch_shapes(slot.param.shape, group["rank"], group["oversample"])
-
-    def _projections(self, slot: _Slot, epoch: int) -> tuple[Tensor, Tensor]:
-        """P (m×k) and Q (n×r) of a parameter at a refresh epoch.
-
-        Projections depend on the shape, not on the parameter: every matrix with m rows shares
-        one P, every matrix with n columns one Q, drawn from (seed, dimension, columns, epoch).
-        That is one QR per distinct shape and step, identical on every rank and after a restart
-        whatever the parameter order, and each matrix's sketch is still a random projection.
-        Unless `cache_projections` keeps them they live for one step; kept (m·k + n·r floats per
-        distinct shape), until the next refresh epoch replaces them.
-        """
-        group, shape, device = slot.group, slot.param.shape, slot.param.device
-        m, n = shape[0], math.prod(shape[1:])
-        rank = group["rank"]
-        return (self._projection(group["seed"], 0, m, rank + group["oversample"], epoch, device),
-                self._projection(group["seed"], 1, n, rank, epoch, device))
-
-    def _projection(self, seed: int, side: int, dim: int, cols: int, epoch: int, device):
-        key = (seed, side, dim, cols, epoch, str(device))
-        projection = self._projection_cache.get(key)
-        if projection is None:
-            projection = sk.orthonormal_projection(
-                dim, cols, sk.projection_seed(seed, side, dim, cols, epoch), device)
-            for stale in [k for k in self._projection_cache if k[:4] == key[:4]]:
-                del self._projection_cache[stale]  # an earlier refresh epoch's projection
-            self._projection_cache[key] = projection
-        return projection
-
-    def _drop_projections(self) -> None:
-        """End of a step: forget the projections `cache_projections` does not keep (none when
-        True, every one when False; when None, those on the CPU)."""
-        if self.cache_projections is True:
-            return
-        for key in [k for k in self._projection_cache
-                    if self.cache_projections is False or k[-1] == "cpu"]:
-            del self._projection_cache[key]
-
-    def _epoch(self, step: int) -> int:
-        return 0 if self.refresh_every is None else (step - 1) // self.refresh_every
 
     def _units(self, slots: list[_Slot]) -> list[_Unit]:
         """Partition the parameters into units updated together.
@@ -734,7 +692,8 @@ class LoGRA(Optimizer):
             return None
         first = unit.slots[0]
         state = self.state[first.param]
-        P, Q = self._projections(first, self._epoch(int(state["step"].item()) + 1 if state else 1))
+        step = int(state["step"].item()) if state else 0
+        P, Q = self.projection_bank.pair(first.group, first.param, step + 1)
         reduce = reducer(first.shard)
         if first.shard is not None:
             P = P[first.shard.slice]
@@ -779,7 +738,7 @@ class LoGRA(Optimizer):
         states = [self._sketch_state(s, L[0], R[0]) for s in slots]
         step = int(states[0]["step"].item())
         for slot, state in zip(slots, states, strict=True):
-            if self._epoch(step) != state["epoch"]:
+            if self.projection_bank.epoch(step) != state["epoch"]:
                 self._resketch_moments(slot, state, P, Q)
         if group["maximize"]:
             L, R = L.neg_(), R.neg_()
@@ -811,7 +770,7 @@ class LoGRA(Optimizer):
         beta1, beta2 = group["betas"]
         state = self._sketch_state(slot, L, R)
         step = int(state["step"].item())
-        if self._epoch(step) != state["epoch"]:
+        if self.projection_bank.epoch(step) != state["epoch"]:
             self._resketch_moments(slot, state, P, Q)
         if group["maximize"]:
             L, R = L.neg_(), R.neg_()
@@ -893,8 +852,8 @@ class LoGRA(Optimizer):
         rows of P when sharded), in place."""
         group, m = slot.group, slot.param.shape[0]
         k = group["rank"] + group["oversample"]
-        P_old = sk.orthonormal_projection(
-            m, k, sk.projection_seed(group["seed"], 0, m, k, state["epoch"]), slot.param.device)
+        P_old = self.projection_bank.draw(group["seed"], 0, m, k, state["epoch"],
+                                          slot.param.device)
         if slot.shard is not None:
             P_old = P_old[slot.shard.slice]
         reduce = reducer(slot.shard)
@@ -904,7 +863,7 @@ class LoGRA(Optimizer):
         new_v_L, new_v_R = sk.transport_second_moment(v_R, v_L, P, Q, reduce, rows=m)
         for moment, new in ((m_L, new_m_L), (m_R, new_m_R), (v_L, new_v_L), (v_R, new_v_R)):
             moment.copy_(new)
-        state["epoch"] = self._epoch(int(state["step"].item()))
+        state["epoch"] = self.projection_bank.epoch(int(state["step"].item()))
 
     def _dense_state(self, slot: _Slot) -> dict:
         """AdamW's fp32 moments of the slot, created on first use, step counter advanced."""
@@ -1020,7 +979,7 @@ class LoGRA(Optimizer):
         self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
         self._kl_steps = int(state_dict.pop("kl_steps", 0))
         saved = [float(k) for k in state_dict.pop("reference_kls", [])]
-        self._projection_cache.clear()
+        self.projection_bank.clear()
         super().load_state_dict(state_dict)
         self._reference_kls = saved[-self.kl_drift_window:]
         saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
