@@ -101,11 +101,11 @@ from logra.optim.distributed import (
     all_reduce_sum,
     distribute_state,
     local,
+    mesh_group,
     reducer,
     row_shard,
-    true_on_every_rank,
 )
-from logra.optim.gate import StepGate
+from logra.optim.gate import StepGate, all_finite
 from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
     check_adamw,
@@ -499,17 +499,17 @@ class LoGRA(Optimizer):
 
         self._kl_control()  # the groups agree on the control's settings, before any change
         slots = self._slots_with_grad()
-        mesh_group = _mesh_group(slots)
+        mesh = mesh_group([s.shard for s in slots])
         threshold = self.step_threshold()
         control = threshold is not None
-        probe = control and self._probe_due(mesh_group)
+        probe = control and self._probe_due(mesh)
         kl_inputs = self._kl_inputs(slots) if probe else None  # fails before any state changes
 
         units = self._units(slots)
         sketches = [self._sketch_unit(unit) for unit in units]
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
                    for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])]
-        gate = StepGate(_finite(checked, mesh_group))
+        gate = StepGate(all_finite(checked, mesh))
         updates = [self._update_unit(unit, sketch, gate)
                    for unit, sketch in zip(units, sketches, strict=True)]
         self.projection_bank.end_step()
@@ -533,7 +533,7 @@ class LoGRA(Optimizer):
         if pending is not None:
             scalars.append(pending.to(gate.ok.device, torch.float32))
         if self.kl_estimator != "jvp":
-            scalars.append(0.5 * _predicted_fisher(units, updates, mesh_group))
+            scalars.append(0.5 * _predicted_fisher(units, updates, mesh))
         if probe:
             for update in updates:
                 update.store_delta()
@@ -990,32 +990,6 @@ class LoGRA(Optimizer):
             for key, value in saved.items():
                 if isinstance(value, Tensor) and key != "step":
                     self.state[p][key] = value.to(p.device, torch.float32, copy=True)
-
-
-def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> Tensor:
-    """All entries finite, squares included (on every rank of `group`), in one foreach
-    reduction (max |x| propagates NaN and ∞) and at most one all-reduce: a boolean scalar on the
-    tensors' device, not read on the host.
-
-    For a sketched matrix the check runs on L and R: a NaN or ∞ anywhere in G reaches them.
-    The square of max |x| must be a finite fp32 number too: the second moments add x², and a
-    finite |x| > 1.8e19 would make them ∞ for good (and NaN once multiplied by β₂ = 0).
-    """
-    if not tensors:
-        return torch.ones((), dtype=torch.bool)
-    nonempty = [t for t in tensors if t.numel()]  # a shard may hold no rows
-    flag = (torch.stack([n.float() for n in torch._foreach_norm(nonempty, math.inf)])
-            .square().isfinite().all() if nonempty
-            else torch.ones((), dtype=torch.bool, device=tensors[0].device))
-    return true_on_every_rank(flag, group)
-
-
-def _mesh_group(slots: list[_Slot]) -> dist.ProcessGroup | None:
-    """The process group of the sharded parameters' mesh (one for all of them), or None."""
-    meshes = {s.shard.mesh for s in slots if s.shard is not None}
-    if len(meshes) > 1:
-        raise NotImplementedError("LoGRA supports DTensor parameters on one device mesh only")
-    return meshes.pop().get_group() if meshes else None
 
 
 def _predicted_fisher(units: list[_Unit], updates: list, group: dist.ProcessGroup | None) -> Tensor:
