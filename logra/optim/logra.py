@@ -32,26 +32,9 @@ update instead. Before any weight changes, the whole step is scaled once:
 
     KL̂ = ½ Δᵀ F Δ,    γ = min(1, √(δ / KL̂)),    W ← W + γ Δ
 
-(TRPO's step rescaling, and ACKTR's KL clipping of Wu et al. 2017, applied to an Adam-like
-direction); δ is in nats per token per step. KL̂ is predicted in one of three ways
-(`kl_estimator=`):
-
-    "calibrated"  (default) the exact quadratic ½ ΔᵀFΔ of a categorical policy by one
-                  forward-mode JVP of the logits on every `kl_probe_stride`-th sequence of the
-                  step's batch (a rotating subsample: the cost is 1/stride of a full probe), every
-                  `kl_probe_every` steps; on steps without a probe, the diagonal estimate
-                  d = ½ Σ V̂ Δ² times a factor refitted from the probes (`logra.optim.calibration`)
-    "jvp"         the exact quadratic on the whole batch, every step
-    "diag"        `kl_calibration` · ½ Σ V̂ Δ², a constant the user supplies
-
-The diagonal estimate alone is no KL: for a batch-mean RL gradient V̂ is not the Fisher (on the
-GRPO proxy d was millions of times below the KL a step caused), and even refitted to nats it
-follows the step-to-step KL too loosely to be the default (KL-trajectory notebook). A probe
-needs the batch: `attach(model)` (a forward pre-hook remembers the last inputs) or
-`set_kl_batch(...)`. Where no batch can be replayed (FSDP2's sharded parameters, a trainer whose
-forward hands back no logits), a trainer that measures each step's KL can report it with
-`observe_kl(kl)`, which calibrates the diagonal estimate instead. Without either the estimate
-has no unit: the step warns once, and the control does not act.
+δ in nats per token per step, KL̂ predicted by an exact JVP probe of the batch or by a diagonal
+estimate calibrated to nats (`kl_estimator=`): `logra.optim.control` gives the estimators, what a
+probe needs (`attach`, `set_kl_batch`, `observe_kl`) and the drift budget.
 
 Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n). P and Q depend
 on (seed, shape, refresh epoch) only: the projection bank (`logra.optim.projections`) draws them
@@ -63,10 +46,9 @@ estimator when it has a batch): the JVP needs Δ whole, so Δ is written into th
 (free once sketched), and after such a step `p.grad` holds the unscaled Δ, not the gradient.
 
 More than one device (docs/distributed.md): under DDP every rank takes the same step from the
-all-reduced gradients (the JVP estimator averages its prediction over `process_group`);
-`logra.optim.comm_hook` all-reduces the sketches instead of the gradients of Nyström matrices;
-FSDP2's DTensor parameters are stepped on their local rows, with the few sums over rows
-all-reduced (`logra.optim.distributed`).
+all-reduced gradients (`logra.optim.control`: the JVP's prediction); `logra.optim.comm_hook`
+all-reduces the sketches instead of the gradients of Nyström matrices; FSDP2's DTensor parameters
+are stepped on their local rows, the few sums over rows all-reduced (`logra.optim.distributed`).
 
 Why "gain" is the default: it is a positive row/column rescaling of the current gradient, hence
 always a descent direction, and keeps full rank every step. The literal Nyström reading is an
@@ -81,7 +63,6 @@ rules drift further from the reference at the same accuracy. No rule earned the 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
@@ -95,10 +76,9 @@ from torch.optim.optimizer import ParamsT
 
 from logra.optim import batched
 from logra.optim import sketch as sk
-from logra.optim.calibration import KLCalibration
+from logra.optim.control import KLControl, predicted_fisher, step_scale
 from logra.optim.distributed import (
     RowShard,
-    all_reduce_sum,
     distribute_state,
     local,
     mesh_group,
@@ -112,14 +92,6 @@ from logra.optim.hyperparameters import (
     check_saved_groups,
     check_sketch,
     common_kl_control,
-)
-from logra.optim.kl import (
-    BatchRecorder,
-    batch_rows,
-    fisher_quadratic,
-    logits_jvp,
-    predicted_kl_jvp,
-    token_count,
 )
 from logra.optim.projections import ProjectionBank
 from logra.optim.updates import (
@@ -155,7 +127,7 @@ def sketch_shapes(
 
 def _group_setting(key: str) -> property:
     """A read-only view of a KL-control key, the same in every param group (set it there)."""
-    return property(lambda self: self._kl_control()[key],
+    return property(lambda self: common_kl_control(self.param_groups)[key],
                     doc=f"`{key}` of the param groups (read-only: set group[{key!r}])")
 
 
@@ -232,7 +204,7 @@ class LoGRA(Optimizer):
             (`logra.optim.projections`: the measurement).
         reconstruction: "gain" (default), "nystrom", "blend", "subspace" or "channel"; see
             the module docstring.
-        kl_estimator: how KL̂ is predicted, in nats per token (module docstring):
+        kl_estimator: how KL̂ is predicted, in nats per token (`logra.optim.control`):
             "calibrated" (default): an exact JVP probe on a subsample of the batch of
             `attach(model)` or `set_kl_batch`, and between probes (or without a batch, from KLs
             reported with `observe_kl`) the diagonal estimate refitted to nats; with neither,
@@ -300,7 +272,7 @@ class LoGRA(Optimizer):
                             ("differentiable", differentiable), ("fused", fused)):
             if value:
                 raise ValueError(f"LoGRA does not support {flag}=True")
-        kl_fit = KLCalibration(kl_calibration_window)  # validates the window
+        self._control = KLControl(kl_calibration_window, process_group)  # validates the window
         self.projection_bank = ProjectionBank(cache_projections, refresh_every)  # and the period
         if not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
@@ -313,17 +285,9 @@ class LoGRA(Optimizer):
             kl_probe_stride=kl_probe_stride, kl_drift_budget=kl_drift_budget,
             kl_drift_window=kl_drift_window,
         )
-        self.kl_fit = kl_fit
-        self._reference_kls: list[float] = []  # the last KL(π_θ ‖ π_ref) the trainer reported
-        self._kl_steps = 0  # the probe schedule: steps taken (with the control off, skipped too)
-        self._warned_uncalibrated = False
-        self.process_group = process_group
         self._skipped_on_host = 0  # skipped steps known on the host
         self._skipped_on_device: Tensor | None = None  # those with the control off (int64)
         self.last_step: dict[str, Any] = {}
-        self._recorder: BatchRecorder | None = None
-        self._kl_model: nn.Module | None = None
-        self._kl_batch: tuple[tuple, dict, Tensor | None] | None = None
         super().__init__(params, defaults)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -342,6 +306,10 @@ class LoGRA(Optimizer):
     def skipped_steps(self, count: int) -> None:
         self._skipped_on_host, self._skipped_on_device = int(count), None
 
+    kl_fit = _component_attribute(
+        "_control", "fit", "The diagonal KL estimate's calibration to nats (`KLCalibration`).")
+    process_group = _component_attribute(
+        "_control", "process_group", "Under DDP, the group the JVP probe averages over.")
     cache_projections = _component_attribute(
         "projection_bank", "cache", "Which projections are kept between steps (True, False, "
         "None: on an accelerator only; `logra.optim.projections`).")
@@ -365,11 +333,6 @@ class LoGRA(Optimizer):
                 raise TypeError(f"LoGRA does not support complex parameters (parameter {i})")
         super().add_param_group(param_group)
 
-    def _kl_control(self) -> dict[str, Any]:
-        """The KL-control settings of the param groups (`KL_CONTROL_KEYS`), the same in every
-        group; ValueError naming a key the groups disagree on, or a bad value."""
-        return common_kl_control(self.param_groups)
-
     predicted_kl_threshold = _group_setting("predicted_kl_threshold")
     kl_estimator = _group_setting("kl_estimator")
     kl_calibration = _group_setting("kl_calibration")
@@ -386,47 +349,32 @@ class LoGRA(Optimizer):
     ) -> None:
         """Let the JVP probe replay the last batch `model` saw in a gradient pass (a forward
         pre-hook; `token_mask_fn` and `inputs_fn` as for `logra.optim.kl.BatchRecorder`)."""
-        self.detach()
-        self._kl_model = model
-        self._recorder = BatchRecorder(model, token_mask_fn, inputs_fn)
+        self._control.attach(model, token_mask_fn, inputs_fn)
 
     def detach(self) -> None:
         """Remove the hook installed by `attach`."""
-        if self._recorder is not None:
-            self._recorder.remove()
-        self._recorder = None
+        self._control.detach()
 
     def set_kl_batch(
         self, model: nn.Module, *args: Any, token_mask: Tensor | None = None, **kwargs: Any
     ) -> None:
         """Give the JVP estimator the batch to predict the KL on: `model(*args, **kwargs)`."""
-        self._kl_model = model
-        self._kl_batch = (args, kwargs, token_mask)
+        self._control.set_batch(model, args, kwargs, token_mask)
 
     def observe_reference_kl(self, kl: float) -> None:
         """Report the current KL(π_θ ‖ π_ref) in nats per token, as the trainer measured it
         before the coming step, for the drift budget (`kl_drift_budget`)."""
-        kl = float(kl)
-        if not kl >= 0:  # NaN or negative: a caller's bug, not a drift
-            raise ValueError(f"observe_reference_kl needs a KL ≥ 0, got {kl}")
-        self._reference_kls = [*self._reference_kls, kl][-self.kl_drift_window:]
+        self._control.observe_reference_kl(kl, self.kl_drift_window)
 
     def step_threshold(self) -> float | None:
         """The KL budget of the coming step, in nats per token (None: no control).
 
         δ = `predicted_kl_threshold`; with a `kl_drift_budget` B and K the largest of the last
         `kl_drift_window` KLs to the reference reported by `observe_reference_kl`, the step
-        gets at most (√B − √K)² (0 once K ≥ B). In the Fisher metric a step of KL k moves the
-        policy by about √(2k) and the reference sits √(2K) away, so after any step within this
-        budget the KL to the reference is at most ½(√(2K) + √(2k))² ≤ B, to second order.
+        gets at most (√B − √K)² (0 once K ≥ B), which keeps the KL to the reference ≤ B after
+        the step, to second order (`logra.optim.control`).
         """
-        delta = self.predicted_kl_threshold
-        if self.kl_drift_budget is None or not self._reference_kls:
-            return delta
-        drift = max(self._reference_kls)
-        room = (math.sqrt(self.kl_drift_budget)
-                - math.sqrt(min(drift, self.kl_drift_budget))) ** 2
-        return room if delta is None else min(delta, room)
+        return self._control.threshold(common_kl_control(self.param_groups))
 
     def observe_kl(self, kl: float) -> bool:
         """Report the KL in nats per token that the last step caused, as a trainer measured it
@@ -437,41 +385,7 @@ class LoGRA(Optimizer):
         needs no model (`attach`) and no probe. Returns whether the pair was used (it is not
         after a skipped step, with the control off, or for a non-positive KL).
         """
-        last = self.last_step
-        if not last or not math.isfinite(last.get("diag_kl", math.nan)) or last["skipped"]:
-            return False  # diag_kl first: a control-off step's `skipped` is a device tensor
-        return self.kl_fit.observe(last["gamma"] ** 2 * last["diag_kl"], float(kl))
-
-    def _probe_due(self, mesh_group: dist.ProcessGroup | None) -> bool:
-        """Whether this step predicts its KL by the exact JVP: every step for "jvp"; for
-        "calibrated", when a batch is at hand (and no FSDP2 sharding), on the first step and
-        every `kl_probe_every` steps after it (until calibrated, on every step)."""
-        if self.kl_estimator == "jvp":
-            if mesh_group is not None:
-                raise NotImplementedError(
-                    "kl_estimator='jvp' does not support FSDP2-sharded (DTensor) parameters; use "
-                    "kl_estimator='calibrated' with observe_kl(...) under FSDP2"
-                )
-            return True
-        if self.kl_estimator != "calibrated" or mesh_group is not None:
-            return False
-        has_batch = self._kl_batch is not None or (
-            self._recorder is not None and self._recorder.has_batch)
-        return has_batch and (not self.kl_fit.calibrated
-                              or self._kl_steps % self.kl_probe_every == 0)
-
-    def _warn_uncalibrated(self) -> None:
-        if self._warned_uncalibrated:
-            return
-        self._warned_uncalibrated = True
-        warnings.warn(
-            f"LoGRA: predicted_kl_threshold={self.predicted_kl_threshold} asks for a step bound "
-            "in nats, but there is no batch to probe the KL on and nothing to calibrate the "
-            "diagonal estimate from, so the control does not act. Call optimizer.attach(model) "
-            "(the JVP probe replays the model's last batch), or optimizer.set_kl_batch(model, "
-            "...), or report each step's measured KL with optimizer.observe_kl(kl).",
-            UserWarning, stacklevel=5,  # the caller of step() (no_grad, profile hook between)
-        )
+        return self._control.observe_kl(self.last_step, kl)
 
     # ------------------------------------------------------------------ the step
 
@@ -497,13 +411,13 @@ class LoGRA(Optimizer):
             with torch.enable_grad():
                 loss = closure()
 
-        self._kl_control()  # the groups agree on the control's settings, before any change
+        settings = common_kl_control(self.param_groups)  # checked before any change
         slots = self._slots_with_grad()
         mesh = mesh_group([s.shard for s in slots])
-        threshold = self.step_threshold()
-        control = threshold is not None
-        probe = control and self._probe_due(mesh)
-        kl_inputs = self._kl_inputs(slots) if probe else None  # fails before any state changes
+        threshold = self._control.threshold(settings)
+        probe = threshold is not None and self._control.probe_due(settings, mesh)
+        kl_inputs = (self._control.probe_inputs(settings, [(s.name, s.param) for s in slots])
+                     if probe else None)  # fails before any state changes
 
         units = self._units(slots)
         sketches = [self._sketch_unit(unit) for unit in units]
@@ -513,10 +427,10 @@ class LoGRA(Optimizer):
         updates = [self._update_unit(unit, sketch, gate)
                    for unit, sketch in zip(units, sketches, strict=True)]
         self.projection_bank.end_step()
-        if not control:  # nothing to read on the host: a skipped step is masked on the device
+        if threshold is None:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
                 update.apply(1.0, gate.skip)
-            self._kl_steps += 1
+            self._control.steps += 1
             self._skipped_on_device = (gate.skip.to(torch.int64) if self._skipped_on_device is None
                                        else self._skipped_on_device + gate.skip)
             self.last_step = dict(
@@ -532,12 +446,15 @@ class LoGRA(Optimizer):
         pending = self._skipped_on_device
         if pending is not None:
             scalars.append(pending.to(gate.ok.device, torch.float32))
-        if self.kl_estimator != "jvp":
-            scalars.append(0.5 * _predicted_fisher(units, updates, mesh))
+        diagonal = settings["kl_estimator"] != "jvp"
+        if diagonal:
+            sharded = [unit.slots[0].shard is not None for unit in units]
+            scalars.append(0.5 * predicted_fisher(updates, sharded, mesh))
         if probe:
             for update in updates:
                 update.store_delta()
-            scalars.append(self._jvp_kl(slots, *kl_inputs).to(gate.ok.device))
+            params = [s.param for s in slots]
+            scalars.append(self._control.jvp_kl(params, *kl_inputs).to(gate.ok.device))
         finite, *values = torch.stack(scalars).tolist()
         if pending is not None:
             self._skipped_on_host += int(values.pop(0))
@@ -552,23 +469,10 @@ class LoGRA(Optimizer):
                                   kl_scale=self.kl_fit.scale, threshold=threshold)
             return loss
 
-        estimate = values.pop(0) if self.kl_estimator != "jvp" else math.nan  # diagonal
-        if probe:
-            predicted = values.pop(0)
-            if self.kl_estimator == "calibrated":
-                self.kl_fit.observe(estimate, predicted)
-        elif self.kl_estimator == "diag":
-            predicted = self.kl_calibration * estimate
-        else:
-            predicted = self.kl_fit.scale * estimate  # NaN until the first observation
-            if not self.kl_fit.calibrated:
-                self._warn_uncalibrated()
-
-        skipped = not all(math.isfinite(x) for x in (
-            [predicted] if probe else []) + ([estimate] if self.kl_estimator != "jvp" else []))
-        gamma = 1.0
-        if not skipped and predicted > threshold:
-            gamma = math.sqrt(threshold / predicted)
+        estimate = values.pop(0) if diagonal else math.nan
+        predicted, skipped = self._control.predict(
+            settings, estimate, values.pop(0) if probe else None)
+        gamma = 1.0 if skipped else step_scale(predicted, threshold)
         if skipped:  # Δ overflowed although the gradients were finite: keep the weights
             self._skipped_on_host += 1
         elif probe:
@@ -578,7 +482,7 @@ class LoGRA(Optimizer):
             for update in updates:
                 update.apply(gamma)
         if not skipped:
-            self._kl_steps += 1
+            self._control.steps += 1
         self.last_step = dict(
             predicted_kl=predicted,
             applied_kl=gamma**2 * predicted,
@@ -902,61 +806,15 @@ class LoGRA(Optimizer):
             int(states[0]["step"].item()), slots[0].group, gate,
         )
 
-    def _kl_inputs(self, slots: list[_Slot]) -> tuple[nn.Module, tuple, dict, Tensor | None]:
-        """The model and batch the JVP estimator predicts on: explicit first, else recorded."""
-        if self._kl_batch is not None:
-            inputs = (self._kl_model, *self._kl_batch)
-        elif self._recorder is not None and self._recorder.has_batch:
-            recorder = self._recorder
-            inputs = (self._kl_model, *recorder.replay(), recorder.token_mask())
-        else:
-            raise RuntimeError(
-                f"kl_estimator={self.kl_estimator!r} needs a batch: call optimizer.attach(model) "
-                "and run a forward pass, or optimizer.set_kl_batch(model, ...) before step()"
-            )
-        in_model = {id(p) for p in inputs[0].parameters()}
-        missing = [s.name for s in slots if id(s.param) not in in_model]
-        if missing:
-            raise RuntimeError(f"parameters the KL model does not have: {missing[:5]}")
-        if self.kl_estimator == "calibrated":  # every kl_probe_stride-th sequence, rotating
-            inputs = (inputs[0], *batch_rows(*inputs[1:], self.kl_probe_stride, self._kl_steps))
-        return inputs
-
-    def _jvp_kl(
-        self, slots: list[_Slot], model: nn.Module, args: tuple, kwargs: dict,
-        token_mask: Tensor | None,
-    ) -> Tensor:
-        """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits, Δ read from the grad buffers.
-
-        Each rank predicts on its own batch and the token mean runs over every rank's tokens of
-        the data-parallel group: Σ_ranks (mean · tokens) / Σ_ranks tokens, one all-reduce, so γ
-        (and the calibration) is the same on every rank. The group is `process_group`, or the
-        default group when torch.distributed runs more than one rank.
-        """
-        names = {id(p): name for name, p in model.named_parameters()}
-        delta = {names[id(s.param)]: s.param.grad for s in slots}
-        group = self.process_group
-        if group is None and dist.is_available() and dist.is_initialized() \
-                and dist.get_world_size() > 1:
-            group = dist.group.WORLD
-        if group is None:
-            return predicted_kl_jvp(model, delta, args, kwargs, token_mask)
-        logits, tangent = logits_jvp(model, delta, args, kwargs)
-        count = token_count(logits, token_mask)
-        terms = torch.stack([fisher_quadratic(logits, tangent, token_mask) * count, count])
-        total, tokens = all_reduce_sum(terms, group)
-        return total / tokens.clamp_min(1.0)
-
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """AdamW's layout plus the skipped-step count and the KL calibration (its window of
-        log-ratios and the probe schedule's step count); tensors and ints only, never P or Q."""
+        """AdamW's layout plus the skipped-step count and the KL control's state (the
+        calibration's window, the probe schedule's step count, the recent KLs to the reference:
+        `KLControl.state_dict`); tensors, ints and floats only, never P or Q."""
         state = super().state_dict()
         state["skipped_steps"] = self.skipped_steps
-        state["kl_log_ratios"] = self.kl_fit.state_dict()
-        state["kl_steps"] = self._kl_steps
-        state["reference_kls"] = list(self._reference_kls)
+        state.update(self._control.state_dict())
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -974,14 +832,11 @@ class LoGRA(Optimizer):
         groups = [{**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group}
                   for group in saved_groups]
         state_dict["param_groups"] = groups
-        common_kl_control(groups)
+        settings = common_kl_control(groups)
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
-        self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
-        self._kl_steps = int(state_dict.pop("kl_steps", 0))
-        saved = [float(k) for k in state_dict.pop("reference_kls", [])]
+        self._control.load_state_dict(state_dict, settings["kl_drift_window"])
         self.projection_bank.clear()
         super().load_state_dict(state_dict)
-        self._reference_kls = saved[-self.kl_drift_window:]
         saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
         current = chain.from_iterable(g["params"] for g in self.param_groups)
         param_of = dict(zip(saved_ids, current, strict=True))
@@ -990,18 +845,6 @@ class LoGRA(Optimizer):
             for key, value in saved.items():
                 if isinstance(value, Tensor) and key != "step":
                     self.state[p][key] = value.to(p.device, torch.float32, copy=True)
-
-
-def _predicted_fisher(units: list[_Unit], updates: list, group: dist.ProcessGroup | None) -> Tensor:
-    """Σ F Δ² over every parameter, a scalar on the device: the row shards' local sums are
-    all-reduced (one scalar), replicated parameters counted once."""
-    replicated: list[Tensor] = []
-    sharded: list[Tensor] = []
-    for unit, update in zip(units, updates, strict=True):
-        (replicated if unit.slots[0].shard is None else sharded).append(update.predicted_fisher())
-    if sharded:
-        replicated.append(all_reduce_sum(torch.stack(sharded).sum(), group))
-    return torch.stack(replicated).sum() if replicated else torch.zeros(())
 
 
 def _growth_limit(state: dict, key: str, squared: Tensor, gate: StepGate) -> float:
