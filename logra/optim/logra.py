@@ -28,7 +28,8 @@ P L = P Pᵀ G onto span(P), which keeps G's columns (`logra.optim.updates`):
 
 and the tentative update is Δ = −lr·(U + λ·W) (decoupled weight decay λ). Parameters that are
 1-D, in a group with `sketch=False`, or too small for a sketch to save memory get AdamW's exact
-update instead. Before any weight changes, the whole step is scaled once:
+update instead. The norm-growth limiters ζ of "subspace" and "channel" are `logra.optim.limiter`.
+Before any weight changes, the whole step is scaled once:
 
     KL̂ = ½ Δᵀ F Δ,    γ = min(1, √(δ / KL̂)),    W ← W + γ Δ
 
@@ -93,6 +94,7 @@ from logra.optim.hyperparameters import (
     check_sketch,
     common_kl_control,
 )
+from logra.optim.limiter import channel_limit, residual_limit
 from logra.optim.projections import ProjectionBank
 from logra.optim.updates import (
     BlendUpdate,
@@ -103,8 +105,6 @@ from logra.optim.updates import (
     Update,
     as_matrix,
 )
-
-NORM_GROWTH_LIMIT = 1.01  # Fira's γ: the limited norms ("subspace", "channel") grow ≤ 1 % a step
 
 
 def sketch_shapes(
@@ -685,6 +685,7 @@ class LoGRA(Optimizer):
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         rho, kappa = sk.energies(v_R / bias2, v_L / bias2, rows=slot.param.shape[0])
         reduce = reducer(slot.shard)
+        grad = as_matrix(slot.grad)
         common = dict(param=slot.weight, lr=float(group["lr"]),
                       weight_decay=group["weight_decay"],
                       row_weight=rho / reduce(rho.sum()).clamp_min(1e-30), col_weight=kappa)
@@ -696,60 +697,24 @@ class LoGRA(Optimizer):
             else:
                 rows_are_channels = slot.param.shape[0] >= L.shape[1]
                 row_gain, col_gain = sk.channel_gains(L, R, u_L, u_R, rows_are_channels)
-                row_gain *= self._limit_channels(slot, state, row_gain, col_gain,
-                                                 rows_are_channels, gate)
+                row_gain *= channel_limit(state, grad, row_gain, col_gain, rows_are_channels,
+                                          reduce, gate)
             if group["maximize"]:
                 row_gain.neg_()  # D = s ⊙ (−G) ⊙ c on the unnegated gradient
-            return GainUpdate(grad=as_matrix(slot.grad), row_gain=row_gain, col_gain=col_gain,
-                              **common)
+            return GainUpdate(grad=grad, row_gain=row_gain, col_gain=col_gain, **common)
         if group["reconstruction"] == "nystrom":
             left = m_R / bias1
             right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"], reduce)
             return NystromUpdate(left=left, right=right, eps=group["eps"], **common)
         m_hat = m_L / bias1
         u_L = m_hat / (v_L / bias2).sqrt_().add_(group["eps"])
-        moves = dict(grad=as_matrix(slot.grad), grad_sign=-1.0 if group["maximize"] else 1.0,
-                     P=P, **common)
+        moves = dict(grad=grad, grad_sign=-1.0 if group["maximize"] else 1.0, P=P, **common)
         if group["reconstruction"] == "blend":
             scale = sk.column_scale(u_L, torch.maximum(sk.norms(L, 0), sk.norms(m_hat, 0)))
             return BlendUpdate(left_gap=m_hat - L, col_scale=scale, **moves)
         scale = sk.column_scale(u_L, sk.norms(L, 0))
-        scale *= self._limit_residual(slot, state, L, scale, gate)
+        scale *= residual_limit(state, grad, L, scale, reduce, gate)
         return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
-
-    def _limit_residual(
-        self, slot: _Slot, state: dict, L: Tensor, scale: Tensor, gate: StepGate
-    ) -> float:
-        """Fira's norm-growth limiter ζ of the "subspace" rule's scaled residual S = (G − P L)φ:
-        ζ = min(1, γ ‖S_prev‖ / ‖S‖); ‖ζS‖ is remembered (a float) for the next step.
-
-        ‖S‖² = Σ_j φ_j² (‖G[:,j]‖² − ‖L[:,j]‖²), P Pᵀ being an orthogonal projection: one pass
-        over G for its column norms, read with the step's finiteness flag in one host read. A
-        skipped step (a non-finite gradient anywhere) or a non-finite norm leaves the limiter's
-        memory as it was and the step unlimited.
-        """
-        grad = as_matrix(slot.grad)
-        columns = torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square_()
-        columns = reducer(slot.shard)(columns)
-        squared = (columns - L.square().sum(dim=0)).clamp_min_(0) @ scale.square()
-        return _growth_limit(state, "residual_norm", squared, gate)
-
-    def _limit_channels(
-        self, slot: _Slot, state: dict, row_gain: Tensor, col_gain: Tensor,
-        rows_are_channels: bool, gate: StepGate,
-    ) -> float:
-        """The norm-growth limiter ζ of the "channel" rule's scaled gradient S = diag(s) G diag(c)
-        (APOLLO applies Fira's limiter there): ‖S‖² = Σ_i (s_i ‖G[i,:]‖)² when rows are the
-        channels, Σ_j (c_j ‖G[:,j]‖)² otherwise; one pass over G, one host read, as
-        `_limit_residual`."""
-        grad, reduce = as_matrix(slot.grad), reducer(slot.shard)
-        if rows_are_channels:
-            rows = torch.linalg.vector_norm(grad, dim=1, dtype=torch.float32)
-            squared = reduce((rows * row_gain).square().sum())
-        else:
-            columns = reduce(torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square())
-            squared = (columns.sqrt() * col_gain).square().sum()
-        return _growth_limit(state, "scaled_norm", squared, gate)
 
     def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor) -> None:
         """Carry the moments from the previous epoch's projections into P, Q (P: this rank's
@@ -845,22 +810,3 @@ class LoGRA(Optimizer):
             for key, value in saved.items():
                 if isinstance(value, Tensor) and key != "step":
                     self.state[p][key] = value.to(p.device, torch.float32, copy=True)
-
-
-def _growth_limit(state: dict, key: str, squared: Tensor, gate: StepGate) -> float:
-    """Fira's norm-growth limiter: ζ = min(1, γ ‖S_prev‖ / ‖S‖) for a scaled direction S with
-    ‖S‖² = `squared` (a device scalar), γ = NORM_GROWTH_LIMIT; ‖ζS‖ is remembered in
-    `state[key]` (a float). Reads the norm and the step's finiteness flag in one host read. A
-    skipped step (a non-finite gradient anywhere) or a non-finite norm leaves the memory as it
-    was and the step unlimited.
-    """
-    squared, ok = torch.stack([squared, gate.ok.to(squared.dtype)]).tolist()
-    norm = math.sqrt(squared) if squared >= 0 else math.nan
-    if not ok or not math.isfinite(norm):
-        return 1.0
-    previous = state.get(key, 0.0)
-    limit = 1.0
-    if previous > 0 and norm > NORM_GROWTH_LIMIT * previous:
-        limit = NORM_GROWTH_LIMIT * previous / norm
-    state[key] = norm * limit
-    return limit
