@@ -96,6 +96,7 @@ from logra.optim.hyperparameters import (
 )
 from logra.optim.limiter import channel_limit, residual_limit
 from logra.optim.projections import ProjectionBank
+from logra.optim.report import StepReport
 from logra.optim.updates import (
     BlendUpdate,
     DenseUpdate,
@@ -285,9 +286,7 @@ class LoGRA(Optimizer):
             kl_probe_stride=kl_probe_stride, kl_drift_budget=kl_drift_budget,
             kl_drift_window=kl_drift_window,
         )
-        self._skipped_on_host = 0  # skipped steps known on the host
-        self._skipped_on_device: Tensor | None = None  # those with the control off (int64)
-        self.last_step: dict[str, Any] = {}
+        self._report = StepReport()
         super().__init__(params, defaults)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -295,17 +294,11 @@ class LoGRA(Optimizer):
         state and param_groups, which would leave a copy without LoGRA's own settings."""
         return dict(self.__dict__)
 
-    @property
-    def skipped_steps(self) -> int:
-        """Steps skipped for a NaN or ∞ in the gradients or in Δ. Reading it synchronizes with
-        the device when steps were taken with the control off (their flags stay there)."""
-        pending = 0 if self._skipped_on_device is None else int(self._skipped_on_device)
-        return self._skipped_on_host + pending
-
-    @skipped_steps.setter
-    def skipped_steps(self, count: int) -> None:
-        self._skipped_on_host, self._skipped_on_device = int(count), None
-
+    last_step = _component_attribute(
+        "_report", "last", "The last step's KL̂, γ, skip and calibration (`logra.optim.report`).")
+    skipped_steps = _component_attribute(
+        "_report", "skipped_steps", "Steps skipped for a NaN or ∞ in the gradients or in Δ "
+        "(reading it may synchronize with the device).")
     kl_fit = _component_attribute(
         "_control", "fit", "The diagonal KL estimate's calibration to nats (`KLCalibration`).")
     process_group = _component_attribute(
@@ -385,7 +378,7 @@ class LoGRA(Optimizer):
         needs no model (`attach`) and no probe. Returns whether the pair was used (it is not
         after a skipped step, with the control off, or for a non-positive KL).
         """
-        return self._control.observe_kl(self.last_step, kl)
+        return self._control.observe_kl(self._report.last, kl)
 
     # ------------------------------------------------------------------ the step
 
@@ -431,21 +424,12 @@ class LoGRA(Optimizer):
             for update in updates:
                 update.apply(1.0, gate.skip)
             self._control.steps += 1
-            self._skipped_on_device = (gate.skip.to(torch.int64) if self._skipped_on_device is None
-                                       else self._skipped_on_device + gate.skip)
-            self.last_step = dict(
-                predicted_kl=math.nan, applied_kl=math.nan, gamma=gate.ok.to(torch.float32),
-                clipped=False, skipped=gate.skip,
-                skipped_steps=self._skipped_on_device + self._skipped_on_host, diag_kl=math.nan,
-                kl_probed=False, kl_scale=self.kl_fit.scale, threshold=math.nan)
+            self._report.uncontrolled(gate, self.kl_fit.scale)
             return loss
 
         # the control's one synchronization: the finiteness flag, the skips counted on the device
         # by earlier steps without control, and the prediction(s), together
-        scalars = [gate.ok.to(torch.float32)]
-        pending = self._skipped_on_device
-        if pending is not None:
-            scalars.append(pending.to(gate.ok.device, torch.float32))
+        scalars = [gate.ok.to(torch.float32), *self._report.pending(gate.ok.device)]
         diagonal = settings["kl_estimator"] != "jvp"
         if diagonal:
             sharded = [unit.slots[0].shard is not None for unit in units]
@@ -456,45 +440,28 @@ class LoGRA(Optimizer):
             params = [s.param for s in slots]
             scalars.append(self._control.jvp_kl(params, *kl_inputs).to(gate.ok.device))
         finite, *values = torch.stack(scalars).tolist()
-        if pending is not None:
-            self._skipped_on_host += int(values.pop(0))
-            self._skipped_on_device = None
+        self._report.settle(values)
         if not finite:  # a NaN or ∞ in the gradients: the gated moments did not change
             for slot in slots:
                 self.state[slot.param]["step"] -= 1
-            self._skipped_on_host += 1
-            self.last_step = dict(predicted_kl=math.nan, applied_kl=math.nan, gamma=0.0,
-                                  clipped=False, skipped=True, skipped_steps=self.skipped_steps,
-                                  diag_kl=math.nan, kl_probed=False,
-                                  kl_scale=self.kl_fit.scale, threshold=threshold)
+            self._report.rejected(threshold, self.kl_fit.scale)
             return loss
 
         estimate = values.pop(0) if diagonal else math.nan
         predicted, skipped = self._control.predict(
             settings, estimate, values.pop(0) if probe else None)
         gamma = 1.0 if skipped else step_scale(predicted, threshold)
-        if skipped:  # Δ overflowed although the gradients were finite: keep the weights
-            self._skipped_on_host += 1
-        elif probe:
-            for slot in slots:
-                slot.weight.add_(slot.grad, alpha=gamma)
-        else:
-            for update in updates:
-                update.apply(gamma)
-        if not skipped:
+        if not skipped:  # (skipped: Δ overflowed although the gradients were finite)
+            if probe:
+                for slot in slots:
+                    slot.weight.add_(slot.grad, alpha=gamma)
+            else:
+                for update in updates:
+                    update.apply(gamma)
             self._control.steps += 1
-        self.last_step = dict(
-            predicted_kl=predicted,
-            applied_kl=gamma**2 * predicted,
-            gamma=0.0 if skipped else gamma,
-            clipped=gamma < 1.0,
-            skipped=skipped,
-            skipped_steps=self.skipped_steps,
-            diag_kl=estimate,
-            kl_probed=probe,
-            kl_scale=self.kl_fit.scale,
-            threshold=threshold,
-        )
+        self._report.controlled(predicted=predicted, gamma=gamma, skipped=skipped,
+                                estimate=estimate, probed=probe, kl_scale=self.kl_fit.scale,
+                                threshold=threshold)
         return loss
 
     def _slots_with_grad(self) -> list[_Slot]:
