@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -78,14 +77,7 @@ from torch.optim.optimizer import ParamsT
 from logra.optim import batched
 from logra.optim import sketch as sk
 from logra.optim.control import KLControl, predicted_fisher, step_scale
-from logra.optim.distributed import (
-    RowShard,
-    distribute_state,
-    local,
-    mesh_group,
-    reducer,
-    row_shard,
-)
+from logra.optim.distributed import distribute_state, local, mesh_group, reducer
 from logra.optim.gate import StepGate, all_finite
 from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
@@ -97,6 +89,7 @@ from logra.optim.hyperparameters import (
 from logra.optim.limiter import channel_limit, residual_limit
 from logra.optim.projections import ProjectionBank
 from logra.optim.report import StepReport
+from logra.optim.units import Slot, Unit, is_sketched, partition, slots_with_grad
 from logra.optim.updates import (
     BlendUpdate,
     DenseUpdate,
@@ -106,24 +99,6 @@ from logra.optim.updates import (
     Update,
     as_matrix,
 )
-
-
-def sketch_shapes(
-    shape: tuple[int, ...] | torch.Size, rank: int, oversample: int = 0
-) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """Shapes ((k, n), (m, r)) of the left and right sketches of a parameter, or None.
-
-    None means the parameter gets dense AdamW: it is 1-D (or 0-D), or sketching would not store
-    fewer numbers than the parameter has (k·n + m·r ≥ m·n, which includes rank ≥ min(m, n)).
-    The memory accountant uses this same rule, so counted and allocated state agree.
-    """
-    if len(shape) < 2:
-        return None
-    m, n = shape[0], math.prod(shape[1:])
-    k = rank + oversample
-    if k > m or rank > n or k * n + m * rank >= m * n:
-        return None
-    return (k, n), (m, rank)
 
 
 def _group_setting(key: str) -> property:
@@ -136,41 +111,6 @@ def _component_attribute(component: str, name: str, doc: str) -> property:
     """An attribute of LoGRA that one of its components keeps, read and set through."""
     return property(lambda self: getattr(getattr(self, component), name),
                     lambda self, value: setattr(getattr(self, component), name, value), doc=doc)
-
-
-# foreach=None batches tensors of at most this many elements (see LoGRA._units): on an
-# accelerator, where every kernel launch costs, BATCH_MAX_NUMEL; on the CPU, where the stacked
-# copies cost memory traffic and a launch costs little, fewer. Measured on one CPU thread
-# (interleaved rounds, r = 16, diagonal control): proxy-16m steps in 1.2× AdamW(foreach)'s time
-# with 2^16 against 1.56× with 2^18; proxy-1m (matrices of ≤ 2^16) is the same either way.
-BATCH_MAX_NUMEL = 1 << 18
-CPU_BATCH_MAX_NUMEL = 1 << 16
-
-
-@dataclass
-class _Slot:
-    """One parameter with a gradient in this step.
-
-    `weight` and `grad` are what this rank updates and reads: the parameter and its gradient, or
-    for an FSDP2 DTensor their local rows (`shard`), views that write through to the DTensor.
-    """
-
-    group: dict[str, Any]
-    param: Tensor
-    key: int  # position in the optimizer's parameter order (projections are keyed by shape)
-    name: str
-    weight: Tensor
-    grad: Tensor
-    shard: RowShard | None
-
-
-@dataclass
-class _Unit:
-    """Parameters updated together: one, or a batch (same group, shape and step)."""
-
-    sketched: bool
-    batched: bool
-    slots: list[_Slot]
 
 
 class LoGRA(Optimizer):
@@ -405,14 +345,14 @@ class LoGRA(Optimizer):
                 loss = closure()
 
         settings = common_kl_control(self.param_groups)  # checked before any change
-        slots = self._slots_with_grad()
+        slots = slots_with_grad(self.param_groups)
         mesh = mesh_group([s.shard for s in slots])
         threshold = self._control.threshold(settings)
         probe = threshold is not None and self._control.probe_due(settings, mesh)
         kl_inputs = (self._control.probe_inputs(settings, [(s.name, s.param) for s in slots])
                      if probe else None)  # fails before any state changes
 
-        units = self._units(slots)
+        units = partition(slots, self.state)
         sketches = [self._sketch_unit(unit) for unit in units]
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
                    for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])]
@@ -464,25 +404,6 @@ class LoGRA(Optimizer):
                                 threshold=threshold)
         return loss
 
-    def _slots_with_grad(self) -> list[_Slot]:
-        """Parameters with gradients, checked (sparse, complex) before any state changes."""
-        slots, key = [], 0
-        for group_index, group in enumerate(self.param_groups):
-            names = group.get("param_names")
-            for i, p in enumerate(group["params"]):
-                name = names[i] if names else f"group {group_index} parameter {i}"
-                if p.grad is not None:
-                    if p.grad.is_sparse:
-                        raise TypeError(f"LoGRA does not support sparse gradients ({name})")
-                    if p.grad.is_complex():
-                        raise TypeError(f"LoGRA does not support complex gradients ({name})")
-                    if not p.grad.is_contiguous():
-                        p.grad = p.grad.contiguous()
-                    slots.append(_Slot(group, p, key, name, local(p), local(p.grad),
-                                       row_shard(p, name)))
-                key += 1
-        return slots
-
     def sketch_only_projections(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor] | None]:
         """For each parameter, the projections (P: m×k, Q: n×r) its next step will sketch its
         gradient with, if that step reads the gradient only through the sketches L = Pᵀ G and
@@ -498,8 +419,8 @@ class LoGRA(Optimizer):
         plans: list[tuple[Tensor, Tensor] | None] = []
         for p in params:
             group = group_of.get(id(p))
-            if (group is None or group["reconstruction"] != "nystrom" or not group["sketch"]
-                    or sketch_shapes(p.shape, group["rank"], group["oversample"]) is None):
+            if (group is None or group["reconstruction"] != "nystrom"
+                    or not is_sketched(group, p.shape)):
                 plans.append(None)
                 continue
             state = self.state.get(p)  # (indexing the defaultdict would add an entry)
@@ -522,37 +443,7 @@ class LoGRA(Optimizer):
                              "(not sketched, or no step taken yet)")
         return self.projection_bank.pair(group, param, int(state["step"].item()))
 
-    def _sketch_shapes(self, slot: _Slot):
-        group = slot.group
-        if not group["sketch"]:
-            return None
-        return sketch_shapes(slot.param.shape, group["rank"], group["oversample"])
-
-    def _units(self, slots: list[_Slot]) -> list[_Unit]:
-        """Partition the parameters into units updated together.
-
-        A parameter is batched when its group says `foreach=True`, or by default (None) when it
-        has at most BATCH_MAX_NUMEL elements (CPU_BATCH_MAX_NUMEL on the CPU): small tensors
-        cost Python time, large ones memory traffic, which the cache-blocked loop keeps low.
-        Batched sketched matrices are grouped by (param group, shape, step); batched dense
-        tensors by (param group, step); an unbatched parameter is a unit of its own.
-        """
-        units: dict[tuple, _Unit] = {}
-        for slot in slots:
-            foreach = slot.group["foreach"]
-            limit = CPU_BATCH_MAX_NUMEL if slot.param.device.type == "cpu" else BATCH_MAX_NUMEL
-            batched = slot.param.numel() <= limit if foreach is None else foreach
-            sketched = self._sketch_shapes(slot) is not None
-            if sketched and slot.group["reconstruction"] in ("blend", "subspace", "channel"):
-                batched = False  # no stacked form of these rules (yet)
-            state = self.state[slot.param]
-            step = int(state["step"].item()) if state else 0
-            key = ((id(slot.group), sketched, tuple(slot.param.shape) if sketched else (), step,
-                    slot.shard is None) if batched else (slot.key,))
-            units.setdefault(key, _Unit(sketched, batched, [])).slots.append(slot)
-        return list(units.values())
-
-    def _sketch_unit(self, unit: _Unit) -> tuple | None:
+    def _sketch_unit(self, unit: Unit) -> tuple | None:
         """Sketches of a unit's gradients, changing no state: (P, Q, L, R), or (P, Q, G, L, R)
         with the stacked gradients when batched; None for dense units.
 
@@ -574,7 +465,7 @@ class LoGRA(Optimizer):
         G, L, R = batched.stacked_sketch([s.grad for s in unit.slots], P, Q)
         return P, Q, G, reduce(L), R
 
-    def _update_unit(self, unit: _Unit, sketch: tuple | None, gate: StepGate):
+    def _update_unit(self, unit: Unit, sketch: tuple | None, gate: StepGate):
         """Update the unit's moments (gated by the step's finiteness flag) and return the rule
         that yields its Δ."""
         if unit.sketched and unit.batched:
@@ -585,7 +476,7 @@ class LoGRA(Optimizer):
             return self._foreach_dense_update(unit.slots, gate)
         return self._dense_update(unit.slots[0], gate)
 
-    def _sketch_state(self, slot: _Slot, L: Tensor, R: Tensor) -> dict:
+    def _sketch_state(self, slot: Slot, L: Tensor, R: Tensor) -> dict:
         """The slot's state, created on first use, with its step counter advanced."""
         state = self.state[slot.param]
         if not state:
@@ -600,7 +491,7 @@ class LoGRA(Optimizer):
         return state
 
     def _stacked_update(
-        self, slots: list[_Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor, *,
+        self, slots: list[Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor, *,
         gate: StepGate,
     ) -> batched.StackedUpdate:
         """Moments of B same-shaped matrices by foreach ops; their Δ on the stack."""
@@ -634,7 +525,7 @@ class LoGRA(Optimizer):
                                       group["eps"], lr, weight_decay, reduce)
 
     def _sketched_update(
-        self, slot: _Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor, *, gate: StepGate
+        self, slot: Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor, *, gate: StepGate
     ) -> Update:
         """Update the sketch moments with (L, R); return the rule that yields Δ."""
         group = slot.group
@@ -683,7 +574,7 @@ class LoGRA(Optimizer):
         scale *= residual_limit(state, grad, L, scale, reduce, gate)
         return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
 
-    def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor) -> None:
+    def _resketch_moments(self, slot: Slot, state: dict, P: Tensor, Q: Tensor) -> None:
         """Carry the moments from the previous epoch's projections into P, Q (P: this rank's
         rows of P when sharded), in place."""
         group, m = slot.group, slot.param.shape[0]
@@ -701,7 +592,7 @@ class LoGRA(Optimizer):
             moment.copy_(new)
         state["epoch"] = self.projection_bank.epoch(int(state["step"].item()))
 
-    def _dense_state(self, slot: _Slot) -> dict:
+    def _dense_state(self, slot: Slot) -> dict:
         """AdamW's fp32 moments of the slot, created on first use, step counter advanced."""
         state = self.state[slot.param]
         if not state:
@@ -711,7 +602,7 @@ class LoGRA(Optimizer):
         state["step"] += 1
         return state
 
-    def _dense_update(self, slot: _Slot, gate: StepGate) -> Update:
+    def _dense_update(self, slot: Slot, gate: StepGate) -> Update:
         """AdamW's moments for a 1-D, small or unsketched parameter; return its rule."""
         group = slot.group
         beta1, beta2 = group["betas"]
@@ -729,7 +620,7 @@ class LoGRA(Optimizer):
         )
 
     def _foreach_dense_update(
-        self, slots: list[_Slot], gate: StepGate
+        self, slots: list[Slot], gate: StepGate
     ) -> batched.ForeachDenseUpdate:
         states = [self._dense_state(s) for s in slots]
         return batched.ForeachDenseUpdate.build(
