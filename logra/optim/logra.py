@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from itertools import chain
 from typing import Any
 
 import torch
@@ -74,10 +73,10 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
-from logra.optim import batched
+from logra.optim import batched, moments
 from logra.optim import sketch as sk
 from logra.optim.control import KLControl, predicted_fisher, step_scale
-from logra.optim.distributed import distribute_state, local, mesh_group, reducer
+from logra.optim.distributed import local, mesh_group, reducer
 from logra.optim.gate import StepGate, all_finite
 from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
@@ -476,53 +475,16 @@ class LoGRA(Optimizer):
             return self._foreach_dense_update(unit.slots, gate)
         return self._dense_update(unit.slots[0], gate)
 
-    def _sketch_state(self, slot: Slot, L: Tensor, R: Tensor) -> dict:
-        """The slot's state, created on first use, with its step counter advanced."""
-        state = self.state[slot.param]
-        if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["epoch"] = 0
-            rows = slot.param.shape[0]
-            for side, sketch in (("L", L), ("R", R)):
-                for name in (f"exp_avg_{side}", f"exp_avg_sq_{side}"):
-                    state[name] = distribute_state(torch.zeros_like(sketch), slot.shard,
-                                                   sharded_rows=side == "R", rows=rows)
-        state["step"] += 1
-        return state
-
     def _stacked_update(
         self, slots: list[Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor, *,
         gate: StepGate,
     ) -> batched.StackedUpdate:
         """Moments of B same-shaped matrices by foreach ops; their Δ on the stack."""
-        group = slots[0].group
-        beta1, beta2 = group["betas"]
-        states = [self._sketch_state(s, L[0], R[0]) for s in slots]
-        step = int(states[0]["step"].item())
-        for slot, state in zip(slots, states, strict=True):
-            if self.projection_bank.epoch(step) != state["epoch"]:
-                self._resketch_moments(slot, state, P, Q)
-        if group["maximize"]:
-            L, R = L.neg_(), R.neg_()
-        m_L, v_L, m_R, v_R = ([local(s[name]) for s in states] for name in
-                              ("exp_avg_L", "exp_avg_sq_L", "exp_avg_R", "exp_avg_sq_R"))
-        gate.update_gated([*m_L, *m_R], [*v_L, *v_R],
-                          [*gate.values(L).unbind(0), *gate.values(R).unbind(0)], beta1, beta2)
-        bias1, bias2 = 1 - beta1**step, 1 - beta2**step
-        m_L, m_R = torch.stack(m_L).div_(bias1), torch.stack(m_R).div_(bias1)
-        v_L, v_R = torch.stack(v_L).div_(bias2), torch.stack(v_R).div_(bias2)
-        rho, kappa = sk.energies(v_R, v_L, rows=slots[0].param.shape[0])
-        weights = [s.weight for s in slots]
-        lr, weight_decay = float(group["lr"]), group["weight_decay"]
-        reduce = reducer(slots[0].shard)
-        if group["reconstruction"] == "gain":
-            u_L = m_L.div_(v_L.sqrt_().add_(group["eps"]))
-            u_R = m_R.div_(v_R.sqrt_().add_(group["eps"]))
-            sign = -1.0 if group["maximize"] else 1.0
-            return batched.gain_update(weights, G, L, R, u_L, u_R, rho, kappa, lr,
-                                       weight_decay, sign, reduce)
-        return batched.nystrom_update(weights, G, m_R, m_L, P, group["rtol"], rho, kappa,
-                                      group["eps"], lr, weight_decay, reduce)
+        states = [self._sketch_state(s, L[0], R[0], P, Q) for s in slots]
+        stacked_moments = ([local(s[name]) for s in states] for name in moments.SKETCH_MOMENTS)
+        return batched.StackedUpdate.build(
+            [s.weight for s in slots], G, L, R, P, *stacked_moments, int(states[0]["step"].item()),
+            slots[0].param.shape[0], slots[0].group, gate, reducer(slots[0].shard))
 
     def _sketched_update(
         self, slot: Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor, *, gate: StepGate
@@ -530,14 +492,11 @@ class LoGRA(Optimizer):
         """Update the sketch moments with (L, R); return the rule that yields Δ."""
         group = slot.group
         beta1, beta2 = group["betas"]
-        state = self._sketch_state(slot, L, R)
+        state = self._sketch_state(slot, L, R, P, Q)
         step = int(state["step"].item())
-        if self.projection_bank.epoch(step) != state["epoch"]:
-            self._resketch_moments(slot, state, P, Q)
         if group["maximize"]:
             L, R = L.neg_(), R.neg_()
-        m_L, v_L = local(state["exp_avg_L"]), local(state["exp_avg_sq_L"])
-        m_R, v_R = local(state["exp_avg_R"]), local(state["exp_avg_sq_R"])
+        m_L, v_L, m_R, v_R = moments.sketch_moments(state)
         gate.update_moments([m_L, m_R], [v_L, v_R], [L, R], beta1, beta2)
 
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
@@ -574,39 +533,29 @@ class LoGRA(Optimizer):
         scale *= residual_limit(state, grad, L, scale, reduce, gate)
         return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
 
-    def _resketch_moments(self, slot: Slot, state: dict, P: Tensor, Q: Tensor) -> None:
-        """Carry the moments from the previous epoch's projections into P, Q (P: this rank's
-        rows of P when sharded), in place."""
-        group, m = slot.group, slot.param.shape[0]
-        k = group["rank"] + group["oversample"]
-        P_old = self.projection_bank.draw(group["seed"], 0, m, k, state["epoch"],
-                                          slot.param.device)
-        if slot.shard is not None:
-            P_old = P_old[slot.shard.slice]
-        reduce = reducer(slot.shard)
-        m_L, v_L = local(state["exp_avg_L"]), local(state["exp_avg_sq_L"])
-        m_R, v_R = local(state["exp_avg_R"]), local(state["exp_avg_sq_R"])
-        new_m_L, new_m_R = sk.transport_first_moment(m_R, m_L, P_old, P, Q, group["rtol"], reduce)
-        new_v_L, new_v_R = sk.transport_second_moment(v_R, v_L, P, Q, reduce, rows=m)
-        for moment, new in ((m_L, new_m_L), (m_R, new_m_R), (v_L, new_v_L), (v_R, new_v_R)):
-            moment.copy_(new)
-        state["epoch"] = self.projection_bank.epoch(int(state["step"].item()))
-
-    def _dense_state(self, slot: Slot) -> dict:
-        """AdamW's fp32 moments of the slot, created on first use, step counter advanced."""
-        state = self.state[slot.param]
-        if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(slot.param, dtype=torch.float32)
-            state["exp_avg_sq"] = torch.zeros_like(slot.param, dtype=torch.float32)
-        state["step"] += 1
+    def _sketch_state(self, slot: Slot, L: Tensor, R: Tensor, P: Tensor, Q: Tensor) -> dict:
+        """The slot's sketch-moment state (`logra.optim.moments`), created on first use, its step
+        advanced, and on the first step of a refresh epoch its moments carried into P, Q (P: this
+        rank's rows of P when sharded)."""
+        m = slot.param.shape[0]
+        state = moments.sketch_state(self.state[slot.param], L, R, slot.shard, rows=m)
+        epoch = self.projection_bank.epoch(int(state["step"].item()))
+        if epoch != state["epoch"]:
+            group = slot.group
+            k = group["rank"] + group["oversample"]
+            P_old = self.projection_bank.draw(group["seed"], 0, m, k, state["epoch"],
+                                              slot.param.device)
+            if slot.shard is not None:
+                P_old = P_old[slot.shard.slice]
+            moments.transport(state, P_old, P, Q, group["rtol"], reducer(slot.shard), rows=m)
+            state["epoch"] = epoch
         return state
 
     def _dense_update(self, slot: Slot, gate: StepGate) -> Update:
         """AdamW's moments for a 1-D, small or unsketched parameter; return its rule."""
         group = slot.group
         beta1, beta2 = group["betas"]
-        state = self._dense_state(slot)
+        state = moments.dense_state(self.state[slot.param], slot.param)
         step = int(state["step"].item())
         grad = slot.grad.float()
         if group["maximize"]:
@@ -622,7 +571,8 @@ class LoGRA(Optimizer):
     def _foreach_dense_update(
         self, slots: list[Slot], gate: StepGate
     ) -> batched.ForeachDenseUpdate:
-        states = [self._dense_state(s) for s in slots]
+        """AdamW's moments of dense tensors with one step count by foreach ops; their rule."""
+        states = [moments.dense_state(self.state[s.param], s.param) for s in slots]
         return batched.ForeachDenseUpdate.build(
             [s.weight for s in slots], [s.grad for s in slots],
             [local(st["exp_avg"]) for st in states], [local(st["exp_avg_sq"]) for st in states],
@@ -641,17 +591,13 @@ class LoGRA(Optimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load as AdamW does, but keep the moments fp32 (torch casts them to the param dtype).
-
-        `Optimizer.load_state_dict` casts every floating state tensor to its parameter's dtype,
-        which would round the fp32 moments of bf16 parameters to bf16; the saved fp32 tensors
-        are put back afterwards, moved to the parameter's device.
-        """
+        """Load as AdamW does, but keep the moments fp32 (torch casts them to the param dtype:
+        `moments.restore_fp32`). Groups saved before the KL control's keys moved into the groups
+        take this optimizer's values."""
         state_dict = dict(state_dict)
         saved_groups = state_dict.get("param_groups", [])
         check_saved_groups(saved_groups, set(self.defaults) - set(KL_CONTROL_KEYS), "LoGRA",
                            "sketches of the moments")
-        # a state saved before the KL control's keys moved into the groups: this optimizer's
         groups = [{**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group}
                   for group in saved_groups]
         state_dict["param_groups"] = groups
@@ -660,11 +606,4 @@ class LoGRA(Optimizer):
         self._control.load_state_dict(state_dict, settings["kl_drift_window"])
         self.projection_bank.clear()
         super().load_state_dict(state_dict)
-        saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
-        current = chain.from_iterable(g["params"] for g in self.param_groups)
-        param_of = dict(zip(saved_ids, current, strict=True))
-        for saved_id, saved in state_dict["state"].items():
-            p = param_of[saved_id]
-            for key, value in saved.items():
-                if isinstance(value, Tensor) and key != "step":
-                    self.state[p][key] = value.to(p.device, torch.float32, copy=True)
+        moments.restore_fp32(self.state, self.param_groups, state_dict)
