@@ -37,14 +37,10 @@ Before any weight changes, the whole step is scaled once:
 estimate calibrated to nats (`kl_estimator=`): `logra.optim.control` gives the estimators, what a
 probe needs (`attach`, `set_kl_batch`, `observe_kl`) and the drift budget.
 
-Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n). P and Q depend
-on (seed, shape, refresh epoch) only: the projection bank (`logra.optim.projections`) draws them
-and keeps them between steps or not (`cache_projections`, with its measured costs). Δ itself is
-never stored: it is recomputed a block of rows at a time for the KL estimate and for the update
-(`logra.optim.updates`), so the step's peak memory is parameters + gradients + state +
-cache-sized blocks. The one exception is a step the JVP probes (every step of the default
-estimator when it has a batch): the JVP needs Δ whole, so Δ is written into the gradient buffer
-(free once sketched), and after such a step `p.grad` holds the unscaled Δ, not the gradient.
+Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n), laid out as
+`logra.optim.moments` says. P and Q depend on (seed, shape, refresh epoch) only: the projection
+bank (`logra.optim.projections`) draws them and keeps them between steps or not
+(`cache_projections`, with its measured costs). Δ itself is never stored (`LoGRA.step`).
 
 More than one device (docs/distributed.md): under DDP every rank takes the same step from the
 all-reduced gradients (`logra.optim.control`: the JVP's prediction); `logra.optim.comm_hook`
@@ -326,10 +322,12 @@ class LoGRA(Optimizer):
         """One LoGRA step: sketch, update moments, predict KL̂ of Δ, apply γΔ.
 
         Three passes over each sketched matrix: one reads G for both sketches, one evaluates
-        Σ F Δ² (skipped without control), one writes W + γΔ; Δ is recomputed block by block
-        rather than stored. On a step the JVP probes (every step of the default estimator when
-        it has a batch), the JVP needs Δ whole, so it is written into the gradient buffer (free
-        once sketched) and applied from there: after such a step `p.grad` holds Δ.
+        Σ F Δ² (skipped without control), one writes W + γΔ; Δ is recomputed a block of rows at
+        a time rather than stored (`logra.optim.updates`), so the step's peak memory is
+        parameters + gradients + state + cache-sized blocks. On a step the JVP probes (every
+        step of the default estimator when it has a batch), the JVP needs Δ whole, so it is
+        written into the gradient buffer (free once sketched) and applied from there: after
+        such a step `p.grad` holds the unscaled Δ, not the gradient.
 
         Host synchronizations: none with the control off (the finiteness flag gates the moment
         updates and masks Δ on the device, `logra.optim.gate`; `skipped_steps` and `last_step`'s
@@ -406,14 +404,11 @@ class LoGRA(Optimizer):
     def sketch_only_projections(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor] | None]:
         """For each parameter, the projections (P: m×k, Q: n×r) its next step will sketch its
         gradient with, if that step reads the gradient only through the sketches L = Pᵀ G and
-        R = G Q; else None.
-
-        That is a sketched matrix with the Nyström reconstruction. The other rules also read G
-        itself (gain and channel rescale it, blend and subspace keep its part outside span(P)),
-        and dense AdamW reads all of G, so they get None. A DDP communication hook may
-        all-reduce (L, R) instead of G for the others (`logra.optim.comm_hook`). Parameters
-        that are not in this optimizer get None.
-        """
+        R = G Q (a sketched matrix with the Nyström reconstruction), else None: the other rules
+        also read G itself (gain and channel rescale it, blend and subspace keep its part outside
+        span(P)), dense AdamW all of it, and parameters not in this optimizer get None. A DDP
+        communication hook may all-reduce (L, R) instead of G for the parameters given
+        projections (`logra.optim.comm_hook`)."""
         group_of = {id(p): g for g in self.param_groups for p in g["params"]}
         plans: list[tuple[Tensor, Tensor] | None] = []
         for p in params:
