@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-NORM_GROWTH_LIMIT = 1.01  # Fira's γ, as the module docstring states
+NORM_GROWTH_LIMIT = 1.01  # Fira's γ, as the docstring of `logra.optim.limiter` states
 
 
 @dataclass

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from logra.optim import LoGRA
-from logra.optim.logra import BATCH_MAX_NUMEL, CPU_BATCH_MAX_NUMEL
+from logra.optim.units import BATCH_MAX_NUMEL, CPU_BATCH_MAX_NUMEL, partition, slots_with_grad
 
 
 @pytest.mark.parametrize(("device", "batched"), [("cpu", [True, False]), ("meta", [True, True])])
@@ -20,7 +20,7 @@ def test_foreach_none_batches_fewer_elements_on_the_cpu(device: str, batched: li
     for p in params:
         p.grad = torch.zeros_like(p)
     opt = LoGRA(params, rank=4)
-    units = opt._units(opt._slots_with_grad())
+    units = partition(slots_with_grad(opt.param_groups), opt.state)
     assert [unit.batched for unit in units] == batched
 
 

@@ -403,9 +403,9 @@ def test_only_nystrom_matrices_are_compressible_with_the_steps_projections() -> 
     assert P.shape == (64, 4) and Q.shape == (64, 4)
     train_classifier(model, opt, None)  # 10 steps, refresh every 4: now in epoch 2
     P_next, _ = opt.sketch_only_projections([model[2].weight])[0]
-    epoch = opt._epoch(STEPS + 1)
+    epoch = opt.projection_bank.epoch(STEPS + 1)
     assert epoch == 2
-    expected = opt._projection(3, 0, 64, 4, epoch, "cpu")
+    expected = opt.projection_bank.draw(3, 0, 64, 4, epoch, "cpu")
     torch.testing.assert_close(P_next, expected)
 
 

@@ -13,6 +13,7 @@ from torch import nn
 from logra import LoGRA, RandomProjectionAdam
 from logra.optim import sketch as sk
 from logra.optim import sketch_shapes
+from logra.optim.units import partition, slots_with_grad
 
 
 def mixed_model(seed: int = 0) -> nn.Module:
@@ -330,7 +331,7 @@ def test_projections_are_regenerated_identically_or_cached() -> None:
     opt_b = LoGRA(b.parameters(), lr=1e-3, rank=4, seed=3, cache_projections=True)
     train(a, opt_a, range(4))
     train(b, opt_b, range(4))
-    assert opt_b._projection_cache and not opt_a._projection_cache
+    assert opt_b.projection_bank.cached and not opt_a.projection_bank.cached
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(p, q)
 
@@ -415,5 +416,5 @@ def test_batched_and_loop_paths_agree(kwargs: dict, atol: float) -> None:
     assert loop_opt.last_step["gamma"] == pytest.approx(stacked_opt.last_step["gamma"], rel=1e-5)
     x, y = batch(0)
     nn.functional.cross_entropy(stacked(x), y).backward()
-    units = stacked_opt._units(stacked_opt._slots_with_grad())
+    units = partition(slots_with_grad(stacked_opt.param_groups), stacked_opt.state)
     assert any(u.batched and u.sketched and len(u.slots) > 1 for u in units)

@@ -30,17 +30,16 @@ def test_the_default_caches_on_an_accelerator_only(device: str, cache: bool | No
                                                    kept: int) -> None:
     # P of 64 rows, P of 32 rows, and the Q of 48 columns they share
     opt = step_twice(device, cache)
-    assert len(opt._projection_cache) == kept
-    assert all(key[-1] == device for key in opt._projection_cache)
+    assert len(opt.projection_bank.cached) == kept
+    assert all(key.device == device for key in opt.projection_bank.cached)
 
 
 def test_a_refresh_epoch_replaces_the_cached_projections() -> None:
     opt = step_twice("cpu", True, refresh_every=1)
-    assert sorted(key[4] for key in opt._projection_cache) == [1, 1, 1]  # epoch 1 only
+    assert sorted(key.epoch for key in opt.projection_bank.cached) == [1, 1, 1]  # epoch 1 only
 
 
 def test_cached_and_regenerated_projections_are_the_same() -> None:
     kept = step_twice("cpu", True)
-    fresh = LoGRA([nn.Parameter(torch.zeros(2, 2))])
-    for key, projection in kept._projection_cache.items():
-        assert torch.equal(projection, fresh._projection(*key))
+    for key, projection in kept.projection_bank.cached.items():
+        assert torch.equal(projection, kept.projection_bank.draw(*key))

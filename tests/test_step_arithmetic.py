@@ -18,6 +18,7 @@ from torch import nn
 from logra import LoGRA, RandomProjectionAdam
 from logra.optim import sketch as sk
 from logra.optim.hyperparameters import RECONSTRUCTIONS
+from logra.optim.units import partition, slots_with_grad
 
 HYPER = dict(lr=2e-2, betas=(0.8, 0.95), eps=0.05, weight_decay=0.1)
 STEPS = 4
@@ -80,7 +81,7 @@ def check_against_the_dense_formula(reconstruction: str, foreach: bool,
                                     shape: tuple[int, int]) -> None:
     history, stream, opt = run_logra(reconstruction, foreach, shape)
     matrices = opt.param_groups[0]["params"][:2]
-    units = opt._units(opt._slots_with_grad())
+    units = partition(slots_with_grad(opt.param_groups), opt.state)
     batched = any(u.sketched and u.batched for u in units)
     assert batched == (foreach and reconstruction in ("gain", "nystrom"))
     P, Q = opt.projections(matrices[0])

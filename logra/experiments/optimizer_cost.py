@@ -56,7 +56,6 @@ from logra.config import load_config
 from logra.memory import counted_state_bytes
 from logra.memory.state import as_dtype
 from logra.optim import LoGRA, RandomProjectionAdam
-from logra.optim import sketch as sk
 from logra.optim.hyperparameters import KL_ESTIMATORS
 from logra.optimizers import PROJECTION_GAP, REGISTRY, build_optimizer, measured_state_bytes
 
@@ -232,7 +231,7 @@ def measure_case(case: str, cfg: dict[str, Any]) -> pd.DataFrame:
 
 def projection_cache_bytes(optimizer: Optimizer) -> int:
     """Bytes of the projections P, Q LoGRA keeps between steps (0 for other optimizers)."""
-    return sum(t.nbytes for t in getattr(optimizer, "_projection_cache", {}).values())
+    return optimizer.projection_bank.nbytes if isinstance(optimizer, LoGRA) else 0
 
 
 def predicted_bytes(model: nn.Module, name: str, cfg: dict[str, Any]) -> float:
@@ -261,12 +260,11 @@ def projection_cost(case: str, rank: int, cfg: dict[str, Any], repeats: int = 5)
         p.grad = torch.zeros_like(p)
     optimizer.step()
     device = torch.device(cfg["device"])
-    keys = list(optimizer._projection_cache)
+    keys = list(optimizer.projection_bank.cached)
 
     def regenerate() -> None:
-        for seed, side, dim, cols, epoch, _ in keys:
-            sk.orthonormal_projection(dim, cols, sk.projection_seed(seed, side, dim, cols, epoch),
-                                      device)
+        for key in keys:
+            optimizer.projection_bank.draw(key.seed, key.side, key.dim, key.cols, key.epoch, device)
 
     seconds = statistics.median(timed(regenerate, device) for _ in range(repeats))
     return dict(case=case, rank=rank, projections=len(keys),

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from logra.optim.gate import StepGate
-from logra.optim.sketch import Reduce, identity, norms, sqrt_ratio
+from logra.optim.sketch import Reduce, energies, identity, norms, sqrt_ratio
 from logra.optim.updates import as_matrix
 
 
@@ -44,6 +44,37 @@ class StackedUpdate:
     delta: Tensor  # B×m×n
     row_weight: Tensor  # ρ/Σρ, B×m
     col_weight: Tensor  # κ, B×n
+
+    @classmethod
+    def build(
+        cls, params: list[Tensor], G: Tensor, L: Tensor, R: Tensor, P: Tensor,
+        exp_avg_L: list[Tensor], exp_avg_sq_L: list[Tensor], exp_avg_R: list[Tensor],
+        exp_avg_sq_R: list[Tensor], step: int, rows: int, group: dict, gate: StepGate,
+        reduce: Reduce = identity,
+    ) -> StackedUpdate:
+        """Update the sketch moments in place with the stack's sketches L (B×k×n) and R (B×m×r)
+        (gated: `logra.optim.gate`) and form Δ over G (B×m×n) by the group's rule, "gain" or
+        "nystrom". exp_avg_L, exp_avg_sq_L: one k×n tensor per matrix; exp_avg_R, exp_avg_sq_R:
+        one m×r tensor per matrix (m: this rank's rows when sharded, `rows` in all); P (m×k):
+        the stack's left projection (this rank's rows)."""
+        beta1, beta2 = group["betas"]
+        if group["maximize"]:
+            L, R = L.neg_(), R.neg_()
+        gate.update_gated([*exp_avg_L, *exp_avg_R], [*exp_avg_sq_L, *exp_avg_sq_R],
+                          [*gate.values(L).unbind(0), *gate.values(R).unbind(0)], beta1, beta2)
+        bias1, bias2 = 1 - beta1**step, 1 - beta2**step
+        m_L, m_R = torch.stack(exp_avg_L).div_(bias1), torch.stack(exp_avg_R).div_(bias1)
+        v_L, v_R = torch.stack(exp_avg_sq_L).div_(bias2), torch.stack(exp_avg_sq_R).div_(bias2)
+        rho, kappa = energies(v_R, v_L, rows=rows)
+        lr, weight_decay = float(group["lr"]), group["weight_decay"]
+        if group["reconstruction"] == "gain":
+            u_L = m_L.div_(v_L.sqrt_().add_(group["eps"]))
+            u_R = m_R.div_(v_R.sqrt_().add_(group["eps"]))
+            sign = -1.0 if group["maximize"] else 1.0
+            return gain_update(params, G, L, R, u_L, u_R, rho, kappa, lr, weight_decay, sign,
+                               reduce)
+        return nystrom_update(params, G, m_R, m_L, P, group["rtol"], rho, kappa, group["eps"],
+                              lr, weight_decay, reduce)
 
     def predicted_fisher(self) -> Tensor:
         """Σ_b Σ_ij (ρ_b)_i (κ_b)_j (Δ_b)_ij² / Σρ_b, as Σ_b ((ρ_b/Σρ_b)ᵀ Δ_b²) κ_b: a row vector

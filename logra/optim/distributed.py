@@ -88,6 +88,15 @@ def row_shard(param: Tensor, name: str) -> RowShard | None:
     return RowShard(mesh, start, rows)
 
 
+def mesh_group(shards: list[RowShard | None]) -> dist.ProcessGroup | None:
+    """The process group of the sharded parameters' mesh (one for all of them), or None when no
+    parameter is sharded."""
+    meshes = {shard.mesh for shard in shards if shard is not None}
+    if len(meshes) > 1:
+        raise NotImplementedError("LoGRA supports DTensor parameters on one device mesh only")
+    return meshes.pop().get_group() if meshes else None
+
+
 def is_dtensor(tensor: Tensor) -> bool:
     """Whether `tensor` is a DTensor, without importing `torch.distributed.tensor`."""
     module = sys.modules.get("torch.distributed.tensor")

@@ -2,7 +2,8 @@
 
 A step whose gradients hold a NaN or ∞ must leave the moments as they were. Knowing that on the
 host costs a device synchronization per step; instead the flag `ok` (a boolean scalar on the
-device, `LoGRA`'s finiteness check) enters the moment updates as data:
+device, `all_finite` of the step's sketches and dense gradients) enters the moment updates as
+data:
 
     x' = ok ? x : 0                                   the sketch or gradient, NaN-free
     m  ← lerp(m, x', w),       w = ok ? 1−β₁ : 0      m + 0·(0 − m) = m when skipped
@@ -16,11 +17,14 @@ advances them before it knows `ok` and takes a skipped step back once it reads t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
+from logra.optim.distributed import true_on_every_rank
 from logra.optim.updates import update_moments
 
 
@@ -57,3 +61,21 @@ class StepGate:
         """`update_moments` on values already gated (x', e.g. views of one gated stack)."""
         update_moments(exp_avgs, exp_avg_sqs, gated, self.first_weight(beta1),
                        self.second_decay(beta2), beta2, foreach=True)
+
+
+def all_finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> Tensor:
+    """All entries finite, squares included (on every rank of `group`), in one foreach
+    reduction (max |x| propagates NaN and ∞) and at most one all-reduce: a boolean scalar on the
+    tensors' device, not read on the host.
+
+    For a sketched matrix the check runs on L and R: a NaN or ∞ anywhere in G reaches them.
+    The square of max |x| must be a finite fp32 number too: the second moments add x², and a
+    finite |x| > 1.8e19 would make them ∞ for good (and NaN once multiplied by β₂ = 0).
+    """
+    if not tensors:
+        return torch.ones((), dtype=torch.bool)
+    nonempty = [t for t in tensors if t.numel()]  # a shard may hold no rows
+    flag = (torch.stack([n.float() for n in torch._foreach_norm(nonempty, math.inf)])
+            .square().isfinite().all() if nonempty
+            else torch.ones((), dtype=torch.bool, device=tensors[0].device))
+    return true_on_every_rank(flag, group)

@@ -28,55 +28,24 @@ P L = P Pᵀ G onto span(P), which keeps G's columns (`logra.optim.updates`):
 
 and the tentative update is Δ = −lr·(U + λ·W) (decoupled weight decay λ). Parameters that are
 1-D, in a group with `sketch=False`, or too small for a sketch to save memory get AdamW's exact
-update instead. Before any weight changes, the whole step is scaled once:
+update instead. The norm-growth limiters ζ of "subspace" and "channel" are `logra.optim.limiter`.
+Before any weight changes, the whole step is scaled once:
 
     KL̂ = ½ Δᵀ F Δ,    γ = min(1, √(δ / KL̂)),    W ← W + γ Δ
 
-(TRPO's step rescaling, and ACKTR's KL clipping of Wu et al. 2017, applied to an Adam-like
-direction); δ is in nats per token per step. KL̂ is predicted in one of three ways
-(`kl_estimator=`):
+δ in nats per token per step, KL̂ predicted by an exact JVP probe of the batch or by a diagonal
+estimate calibrated to nats (`kl_estimator=`): `logra.optim.control` gives the estimators, what a
+probe needs (`attach`, `set_kl_batch`, `observe_kl`) and the drift budget.
 
-    "calibrated"  (default) the exact quadratic ½ ΔᵀFΔ of a categorical policy by one
-                  forward-mode JVP of the logits on every `kl_probe_stride`-th sequence of the
-                  step's batch (a rotating subsample: the cost is 1/stride of a full probe), every
-                  `kl_probe_every` steps; on steps without a probe, the diagonal estimate
-                  d = ½ Σ V̂ Δ² times a factor refitted from the probes (`logra.optim.calibration`)
-    "jvp"         the exact quadratic on the whole batch, every step
-    "diag"        `kl_calibration` · ½ Σ V̂ Δ², a constant the user supplies
-
-The diagonal estimate alone is no KL: for a batch-mean RL gradient V̂ is not the Fisher (on the
-GRPO proxy d was millions of times below the KL a step caused), and even refitted to nats it
-follows the step-to-step KL too loosely to be the default (KL-trajectory notebook). A probe
-needs the batch: `attach(model)` (a forward pre-hook remembers the last inputs) or
-`set_kl_batch(...)`. Where no batch can be replayed (FSDP2's sharded parameters, a trainer whose
-forward hands back no logits), a trainer that measures each step's KL can report it with
-`observe_kl(kl)`, which calibrates the diagonal estimate instead. Without either the estimate
-has no unit: the step warns once, and the control does not act.
-
-Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n). P and Q depend
-on (seed, shape, refresh epoch) only; they are drawn and QR-factored on the CPU (bit-identical on
-every device) and copied to the parameters' device. `cache_projections=True` keeps each distinct
-shape's pair there until the next refresh epoch (m·k + n·r fp32 numbers per distinct shape,
-outside `optimizer.state`); False regenerates them every step and keeps nothing outside
-`optimizer.state` (which offloading needs). The default, None, caches the projections of
-parameters on an accelerator and regenerates those of CPU parameters: measured on one CPU thread
-(`optimizer_cost.projection_cost`, r = 16), regenerating costs 0.2 ms a step on proxy-1m,
-0.6 ms on proxy-16m, 3.7 ms on a Qwen2.5-1.5B layer (1–3 % of the step) for a cache of 0.09,
-0.33 and 1.4 MB. On a GPU, where a step takes about a millisecond, the same CPU QRs and their
-blocking host-to-device copies are expected to dominate it; not measured yet
-(`python scripts/gpu_checks.py --only projections` on a GPU measures it).
-Δ itself is never stored: it is recomputed a block of rows at a time
-for the KL estimate and for the update (`logra.optim.updates`), so the step's peak memory is
-parameters + gradients + state + cache-sized blocks. The one exception is a step the JVP probes
-(every step of the default estimator when it has a batch): the JVP needs Δ whole, so Δ is written
-into the gradient buffer (free once sketched), and after such a step `p.grad` holds the unscaled
-Δ, not the gradient.
+Persistent state per sketched matrix: 2·r·(m+n) fp32 numbers (+2·oversample·n), laid out as
+`logra.optim.moments` says. P and Q depend on (seed, shape, refresh epoch) only: the projection
+bank (`logra.optim.projections`) draws them and keeps them between steps or not
+(`cache_projections`, with its measured costs). Δ itself is never stored (`LoGRA.step`).
 
 More than one device (docs/distributed.md): under DDP every rank takes the same step from the
-all-reduced gradients (the JVP estimator averages its prediction over `process_group`);
-`logra.optim.comm_hook` all-reduces the sketches instead of the gradients of Nyström matrices;
-FSDP2's DTensor parameters are stepped on their local rows, with the few sums over rows
-all-reduced (`logra.optim.distributed`).
+all-reduced gradients (`logra.optim.control`: the JVP's prediction); `logra.optim.comm_hook`
+all-reduces the sketches instead of the gradients of Nyström matrices; FSDP2's DTensor parameters
+are stepped on their local rows, the few sums over rows all-reduced (`logra.optim.distributed`).
 
 Why "gain" is the default: it is a positive row/column rescaling of the current gradient, hence
 always a descent direction, and keeps full rank every step. The literal Nyström reading is an
@@ -95,10 +64,7 @@ state trains as well as APOLLO there (README, "Training quality").
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import torch
@@ -107,19 +73,11 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
-from logra.optim import batched
+from logra.optim import batched, moments
 from logra.optim import sketch as sk
-from logra.optim.calibration import KLCalibration
-from logra.optim.distributed import (
-    RowShard,
-    all_reduce_sum,
-    distribute_state,
-    local,
-    reducer,
-    row_shard,
-    true_on_every_rank,
-)
-from logra.optim.gate import StepGate
+from logra.optim.control import KLControl, predicted_fisher, step_scale
+from logra.optim.distributed import local, mesh_group, reducer
+from logra.optim.gate import StepGate, all_finite
 from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
     check_adamw,
@@ -127,14 +85,10 @@ from logra.optim.hyperparameters import (
     check_sketch,
     common_kl_control,
 )
-from logra.optim.kl import (
-    BatchRecorder,
-    batch_rows,
-    fisher_quadratic,
-    logits_jvp,
-    predicted_kl_jvp,
-    token_count,
-)
+from logra.optim.limiter import channel_limit, residual_limit
+from logra.optim.projections import ProjectionBank
+from logra.optim.report import StepReport
+from logra.optim.units import Slot, Unit, is_sketched, partition, slots_with_grad
 from logra.optim.updates import (
     BlendUpdate,
     DenseUpdate,
@@ -145,66 +99,17 @@ from logra.optim.updates import (
     as_matrix,
 )
 
-NORM_GROWTH_LIMIT = 1.01  # Fira's γ: the limited norms ("subspace", "channel") grow ≤ 1 % a step
-
-
-def sketch_shapes(
-    shape: tuple[int, ...] | torch.Size, rank: int, oversample: int = 0
-) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """Shapes ((k, n), (m, r)) of the left and right sketches of a parameter, or None.
-
-    None means the parameter gets dense AdamW: it is 1-D (or 0-D), or sketching would not store
-    fewer numbers than the parameter has (k·n + m·r ≥ m·n, which includes rank ≥ min(m, n)).
-    The memory accountant uses this same rule, so counted and allocated state agree.
-    """
-    if len(shape) < 2:
-        return None
-    m, n = shape[0], math.prod(shape[1:])
-    k = rank + oversample
-    if k > m or rank > n or k * n + m * rank >= m * n:
-        return None
-    return (k, n), (m, rank)
-
 
 def _group_setting(key: str) -> property:
     """A read-only view of a KL-control key, the same in every param group (set it there)."""
-    return property(lambda self: self._kl_control()[key],
+    return property(lambda self: common_kl_control(self.param_groups)[key],
                     doc=f"`{key}` of the param groups (read-only: set group[{key!r}])")
 
 
-# foreach=None batches tensors of at most this many elements (see LoGRA._units): on an
-# accelerator, where every kernel launch costs, BATCH_MAX_NUMEL; on the CPU, where the stacked
-# copies cost memory traffic and a launch costs little, fewer. Measured on one CPU thread
-# (interleaved rounds, r = 16, diagonal control): proxy-16m steps in 1.2× AdamW(foreach)'s time
-# with 2^16 against 1.56× with 2^18; proxy-1m (matrices of ≤ 2^16) is the same either way.
-BATCH_MAX_NUMEL = 1 << 18
-CPU_BATCH_MAX_NUMEL = 1 << 16
-
-
-@dataclass
-class _Slot:
-    """One parameter with a gradient in this step.
-
-    `weight` and `grad` are what this rank updates and reads: the parameter and its gradient, or
-    for an FSDP2 DTensor their local rows (`shard`), views that write through to the DTensor.
-    """
-
-    group: dict[str, Any]
-    param: Tensor
-    key: int  # position in the optimizer's parameter order (projections are keyed by shape)
-    name: str
-    weight: Tensor
-    grad: Tensor
-    shard: RowShard | None
-
-
-@dataclass
-class _Unit:
-    """Parameters updated together: one, or a batch (same group, shape and step)."""
-
-    sketched: bool
-    batched: bool
-    slots: list[_Slot]
+def _component_attribute(component: str, name: str, doc: str) -> property:
+    """An attribute of LoGRA that one of its components keeps, read and set through."""
+    return property(lambda self: getattr(getattr(self, component), name),
+                    lambda self, value: setattr(getattr(self, component), name, value), doc=doc)
 
 
 class LoGRA(Optimizer):
@@ -235,11 +140,11 @@ class LoGRA(Optimizer):
         cache_projections: True keeps P and Q on the device between steps (m·k + n·r fp32
             numbers per distinct shape; no per-step QR or host-to-device copy); False
             regenerates them every step, nothing kept outside `optimizer.state`; None (default)
-            caches them for parameters on an accelerator, not for CPU parameters (module
-            docstring: the measurement).
+            caches them for parameters on an accelerator, not for CPU parameters
+            (`logra.optim.projections`: the measurement).
         reconstruction: "gain" (default), "nystrom", "blend", "subspace" or "channel"; see
             the module docstring.
-        kl_estimator: how KL̂ is predicted, in nats per token (module docstring):
+        kl_estimator: how KL̂ is predicted, in nats per token (`logra.optim.control`):
             "calibrated" (default): an exact JVP probe on a subsample of the batch of
             `attach(model)` or `set_kl_batch`, and between probes (or without a batch, from KLs
             reported with `observe_kl`) the diagonal estimate refitted to nats; with neither,
@@ -307,9 +212,8 @@ class LoGRA(Optimizer):
                             ("differentiable", differentiable), ("fused", fused)):
             if value:
                 raise ValueError(f"LoGRA does not support {flag}=True")
-        kl_fit = KLCalibration(kl_calibration_window)  # validates the window
-        if refresh_every is not None and (not isinstance(refresh_every, int) or refresh_every < 1):
-            raise ValueError(f"refresh_every must be a positive int or None, got {refresh_every}")
+        self._control = KLControl(kl_calibration_window, process_group)  # validates the window
+        self.projection_bank = ProjectionBank(cache_projections, refresh_every)  # and the period
         if not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         defaults = dict(
@@ -321,20 +225,7 @@ class LoGRA(Optimizer):
             kl_probe_stride=kl_probe_stride, kl_drift_budget=kl_drift_budget,
             kl_drift_window=kl_drift_window,
         )
-        self.kl_fit = kl_fit
-        self._reference_kls: list[float] = []  # the last KL(π_θ ‖ π_ref) the trainer reported
-        self._kl_steps = 0  # the probe schedule: steps taken (with the control off, skipped too)
-        self._warned_uncalibrated = False
-        self.cache_projections = cache_projections
-        self.refresh_every = refresh_every
-        self.process_group = process_group
-        self._skipped_on_host = 0  # skipped steps known on the host
-        self._skipped_on_device: Tensor | None = None  # those with the control off (int64)
-        self.last_step: dict[str, Any] = {}
-        self._projection_cache: dict[tuple, Tensor] = {}
-        self._recorder: BatchRecorder | None = None
-        self._kl_model: nn.Module | None = None
-        self._kl_batch: tuple[tuple, dict, Tensor | None] | None = None
+        self._report = StepReport()
         super().__init__(params, defaults)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -342,16 +233,20 @@ class LoGRA(Optimizer):
         state and param_groups, which would leave a copy without LoGRA's own settings."""
         return dict(self.__dict__)
 
-    @property
-    def skipped_steps(self) -> int:
-        """Steps skipped for a NaN or ∞ in the gradients or in Δ. Reading it synchronizes with
-        the device when steps were taken with the control off (their flags stay there)."""
-        pending = 0 if self._skipped_on_device is None else int(self._skipped_on_device)
-        return self._skipped_on_host + pending
-
-    @skipped_steps.setter
-    def skipped_steps(self, count: int) -> None:
-        self._skipped_on_host, self._skipped_on_device = int(count), None
+    last_step = _component_attribute(
+        "_report", "last", "The last step's KL̂, γ, skip and calibration (`logra.optim.report`).")
+    skipped_steps = _component_attribute(
+        "_report", "skipped_steps", "Steps skipped for a NaN or ∞ in the gradients or in Δ "
+        "(reading it may synchronize with the device).")
+    kl_fit = _component_attribute(
+        "_control", "fit", "The diagonal KL estimate's calibration to nats (`KLCalibration`).")
+    process_group = _component_attribute(
+        "_control", "process_group", "Under DDP, the group the JVP probe averages over.")
+    cache_projections = _component_attribute(
+        "projection_bank", "cache", "Which projections are kept between steps (True, False, "
+        "None: on an accelerator only; `logra.optim.projections`).")
+    refresh_every = _component_attribute(
+        "projection_bank", "refresh_every", "Steps between new projections (None: fixed).")
 
     # ------------------------------------------------------------------ configuration
 
@@ -370,11 +265,6 @@ class LoGRA(Optimizer):
                 raise TypeError(f"LoGRA does not support complex parameters (parameter {i})")
         super().add_param_group(param_group)
 
-    def _kl_control(self) -> dict[str, Any]:
-        """The KL-control settings of the param groups (`KL_CONTROL_KEYS`), the same in every
-        group; ValueError naming a key the groups disagree on, or a bad value."""
-        return common_kl_control(self.param_groups)
-
     predicted_kl_threshold = _group_setting("predicted_kl_threshold")
     kl_estimator = _group_setting("kl_estimator")
     kl_calibration = _group_setting("kl_calibration")
@@ -391,47 +281,32 @@ class LoGRA(Optimizer):
     ) -> None:
         """Let the JVP probe replay the last batch `model` saw in a gradient pass (a forward
         pre-hook; `token_mask_fn` and `inputs_fn` as for `logra.optim.kl.BatchRecorder`)."""
-        self.detach()
-        self._kl_model = model
-        self._recorder = BatchRecorder(model, token_mask_fn, inputs_fn)
+        self._control.attach(model, token_mask_fn, inputs_fn)
 
     def detach(self) -> None:
         """Remove the hook installed by `attach`."""
-        if self._recorder is not None:
-            self._recorder.remove()
-        self._recorder = None
+        self._control.detach()
 
     def set_kl_batch(
         self, model: nn.Module, *args: Any, token_mask: Tensor | None = None, **kwargs: Any
     ) -> None:
         """Give the JVP estimator the batch to predict the KL on: `model(*args, **kwargs)`."""
-        self._kl_model = model
-        self._kl_batch = (args, kwargs, token_mask)
+        self._control.set_batch(model, args, kwargs, token_mask)
 
     def observe_reference_kl(self, kl: float) -> None:
         """Report the current KL(π_θ ‖ π_ref) in nats per token, as the trainer measured it
         before the coming step, for the drift budget (`kl_drift_budget`)."""
-        kl = float(kl)
-        if not kl >= 0:  # NaN or negative: a caller's bug, not a drift
-            raise ValueError(f"observe_reference_kl needs a KL ≥ 0, got {kl}")
-        self._reference_kls = [*self._reference_kls, kl][-self.kl_drift_window:]
+        self._control.observe_reference_kl(kl, self.kl_drift_window)
 
     def step_threshold(self) -> float | None:
         """The KL budget of the coming step, in nats per token (None: no control).
 
         δ = `predicted_kl_threshold`; with a `kl_drift_budget` B and K the largest of the last
         `kl_drift_window` KLs to the reference reported by `observe_reference_kl`, the step
-        gets at most (√B − √K)² (0 once K ≥ B). In the Fisher metric a step of KL k moves the
-        policy by about √(2k) and the reference sits √(2K) away, so after any step within this
-        budget the KL to the reference is at most ½(√(2K) + √(2k))² ≤ B, to second order.
+        gets at most (√B − √K)² (0 once K ≥ B), which keeps the KL to the reference ≤ B after
+        the step, to second order (`logra.optim.control`).
         """
-        delta = self.predicted_kl_threshold
-        if self.kl_drift_budget is None or not self._reference_kls:
-            return delta
-        drift = max(self._reference_kls)
-        room = (math.sqrt(self.kl_drift_budget)
-                - math.sqrt(min(drift, self.kl_drift_budget))) ** 2
-        return room if delta is None else min(delta, room)
+        return self._control.threshold(common_kl_control(self.param_groups))
 
     def observe_kl(self, kl: float) -> bool:
         """Report the KL in nats per token that the last step caused, as a trainer measured it
@@ -442,41 +317,7 @@ class LoGRA(Optimizer):
         needs no model (`attach`) and no probe. Returns whether the pair was used (it is not
         after a skipped step, with the control off, or for a non-positive KL).
         """
-        last = self.last_step
-        if not last or not math.isfinite(last.get("diag_kl", math.nan)) or last["skipped"]:
-            return False  # diag_kl first: a control-off step's `skipped` is a device tensor
-        return self.kl_fit.observe(last["gamma"] ** 2 * last["diag_kl"], float(kl))
-
-    def _probe_due(self, mesh_group: dist.ProcessGroup | None) -> bool:
-        """Whether this step predicts its KL by the exact JVP: every step for "jvp"; for
-        "calibrated", when a batch is at hand (and no FSDP2 sharding), on the first step and
-        every `kl_probe_every` steps after it (until calibrated, on every step)."""
-        if self.kl_estimator == "jvp":
-            if mesh_group is not None:
-                raise NotImplementedError(
-                    "kl_estimator='jvp' does not support FSDP2-sharded (DTensor) parameters; use "
-                    "kl_estimator='calibrated' with observe_kl(...) under FSDP2"
-                )
-            return True
-        if self.kl_estimator != "calibrated" or mesh_group is not None:
-            return False
-        has_batch = self._kl_batch is not None or (
-            self._recorder is not None and self._recorder.has_batch)
-        return has_batch and (not self.kl_fit.calibrated
-                              or self._kl_steps % self.kl_probe_every == 0)
-
-    def _warn_uncalibrated(self) -> None:
-        if self._warned_uncalibrated:
-            return
-        self._warned_uncalibrated = True
-        warnings.warn(
-            f"LoGRA: predicted_kl_threshold={self.predicted_kl_threshold} asks for a step bound "
-            "in nats, but there is no batch to probe the KL on and nothing to calibrate the "
-            "diagonal estimate from, so the control does not act. Call optimizer.attach(model) "
-            "(the JVP probe replays the model's last batch), or optimizer.set_kl_batch(model, "
-            "...), or report each step's measured KL with optimizer.observe_kl(kl).",
-            UserWarning, stacklevel=5,  # the caller of step() (no_grad, profile hook between)
-        )
+        return self._control.observe_kl(self._report.last, kl)
 
     # ------------------------------------------------------------------ the step
 
@@ -485,10 +326,12 @@ class LoGRA(Optimizer):
         """One LoGRA step: sketch, update moments, predict KL̂ of Δ, apply γΔ.
 
         Three passes over each sketched matrix: one reads G for both sketches, one evaluates
-        Σ F Δ² (skipped without control), one writes W + γΔ; Δ is recomputed block by block
-        rather than stored. On a step the JVP probes (every step of the default estimator when
-        it has a batch), the JVP needs Δ whole, so it is written into the gradient buffer (free
-        once sketched) and applied from there: after such a step `p.grad` holds Δ.
+        Σ F Δ² (skipped without control), one writes W + γΔ; Δ is recomputed a block of rows at
+        a time rather than stored (`logra.optim.updates`), so the step's peak memory is
+        parameters + gradients + state + cache-sized blocks. On a step the JVP probes (every
+        step of the default estimator when it has a batch), the JVP needs Δ whole, so it is
+        written into the gradient buffer (free once sketched) and applied from there: after
+        such a step `p.grad` holds the unscaled Δ, not the gradient.
 
         Host synchronizations: none with the control off (the finiteness flag gates the moment
         updates and masks Δ on the device, `logra.optim.gate`; `skipped_steps` and `last_step`'s
@@ -502,144 +345,85 @@ class LoGRA(Optimizer):
             with torch.enable_grad():
                 loss = closure()
 
-        self._kl_control()  # the groups agree on the control's settings, before any change
-        slots = self._slots_with_grad()
-        mesh_group = _mesh_group(slots)
-        threshold = self.step_threshold()
-        control = threshold is not None
-        probe = control and self._probe_due(mesh_group)
-        kl_inputs = self._kl_inputs(slots) if probe else None  # fails before any state changes
+        settings = common_kl_control(self.param_groups)  # checked before any change
+        slots = slots_with_grad(self.param_groups)
+        mesh = mesh_group([s.shard for s in slots])
+        threshold = self._control.threshold(settings)
+        probe = threshold is not None and self._control.probe_due(settings, mesh)
+        kl_inputs = (self._control.probe_inputs(settings, [(s.name, s.param) for s in slots])
+                     if probe else None)  # fails before any state changes
 
-        units = self._units(slots)
+        units = partition(slots, self.state)
         sketches = [self._sketch_unit(unit) for unit in units]
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
                    for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])]
-        gate = StepGate(_finite(checked, mesh_group))
+        gate = StepGate(all_finite(checked, mesh))
         updates = [self._update_unit(unit, sketch, gate)
                    for unit, sketch in zip(units, sketches, strict=True)]
-        self._drop_projections()
-        if not control:  # nothing to read on the host: a skipped step is masked on the device
+        self.projection_bank.end_step()
+        if threshold is None:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
                 update.apply(1.0, gate.skip)
-            self._kl_steps += 1
-            self._skipped_on_device = (gate.skip.to(torch.int64) if self._skipped_on_device is None
-                                       else self._skipped_on_device + gate.skip)
-            self.last_step = dict(
-                predicted_kl=math.nan, applied_kl=math.nan, gamma=gate.ok.to(torch.float32),
-                clipped=False, skipped=gate.skip,
-                skipped_steps=self._skipped_on_device + self._skipped_on_host, diag_kl=math.nan,
-                kl_probed=False, kl_scale=self.kl_fit.scale, threshold=math.nan)
+            self._control.steps += 1
+            self._report.uncontrolled(gate, self.kl_fit.scale)
             return loss
 
         # the control's one synchronization: the finiteness flag, the skips counted on the device
         # by earlier steps without control, and the prediction(s), together
-        scalars = [gate.ok.to(torch.float32)]
-        pending = self._skipped_on_device
-        if pending is not None:
-            scalars.append(pending.to(gate.ok.device, torch.float32))
-        if self.kl_estimator != "jvp":
-            scalars.append(0.5 * _predicted_fisher(units, updates, mesh_group))
+        scalars = [gate.ok.to(torch.float32), *self._report.pending(gate.ok.device)]
+        diagonal = settings["kl_estimator"] != "jvp"
+        if diagonal:
+            sharded = [unit.slots[0].shard is not None for unit in units]
+            scalars.append(0.5 * predicted_fisher(updates, sharded, mesh))
         if probe:
             for update in updates:
                 update.store_delta()
-            scalars.append(self._jvp_kl(slots, *kl_inputs).to(gate.ok.device))
+            params = [s.param for s in slots]
+            scalars.append(self._control.jvp_kl(params, *kl_inputs).to(gate.ok.device))
         finite, *values = torch.stack(scalars).tolist()
-        if pending is not None:
-            self._skipped_on_host += int(values.pop(0))
-            self._skipped_on_device = None
+        self._report.settle(values)
         if not finite:  # a NaN or ∞ in the gradients: the gated moments did not change
             for slot in slots:
                 self.state[slot.param]["step"] -= 1
-            self._skipped_on_host += 1
-            self.last_step = dict(predicted_kl=math.nan, applied_kl=math.nan, gamma=0.0,
-                                  clipped=False, skipped=True, skipped_steps=self.skipped_steps,
-                                  diag_kl=math.nan, kl_probed=False,
-                                  kl_scale=self.kl_fit.scale, threshold=threshold)
+            self._report.rejected(threshold, self.kl_fit.scale)
             return loss
 
-        estimate = values.pop(0) if self.kl_estimator != "jvp" else math.nan  # diagonal
-        if probe:
-            predicted = values.pop(0)
-            if self.kl_estimator == "calibrated":
-                self.kl_fit.observe(estimate, predicted)
-        elif self.kl_estimator == "diag":
-            predicted = self.kl_calibration * estimate
-        else:
-            predicted = self.kl_fit.scale * estimate  # NaN until the first observation
-            if not self.kl_fit.calibrated:
-                self._warn_uncalibrated()
-
-        skipped = not all(math.isfinite(x) for x in (
-            [predicted] if probe else []) + ([estimate] if self.kl_estimator != "jvp" else []))
-        gamma = 1.0
-        if not skipped and predicted > threshold:
-            gamma = math.sqrt(threshold / predicted)
-        if skipped:  # Δ overflowed although the gradients were finite: keep the weights
-            self._skipped_on_host += 1
-        elif probe:
-            for slot in slots:
-                slot.weight.add_(slot.grad, alpha=gamma)
-        else:
-            for update in updates:
-                update.apply(gamma)
-        if not skipped:
-            self._kl_steps += 1
-        self.last_step = dict(
-            predicted_kl=predicted,
-            applied_kl=gamma**2 * predicted,
-            gamma=0.0 if skipped else gamma,
-            clipped=gamma < 1.0,
-            skipped=skipped,
-            skipped_steps=self.skipped_steps,
-            diag_kl=estimate,
-            kl_probed=probe,
-            kl_scale=self.kl_fit.scale,
-            threshold=threshold,
-        )
+        estimate = values.pop(0) if diagonal else math.nan
+        predicted, skipped = self._control.predict(
+            settings, estimate, values.pop(0) if probe else None)
+        gamma = 1.0 if skipped else step_scale(predicted, threshold)
+        if not skipped:  # (skipped: Δ overflowed although the gradients were finite)
+            if probe:
+                for slot in slots:
+                    slot.weight.add_(slot.grad, alpha=gamma)
+            else:
+                for update in updates:
+                    update.apply(gamma)
+            self._control.steps += 1
+        self._report.controlled(predicted=predicted, gamma=gamma, skipped=skipped,
+                                estimate=estimate, probed=probe, kl_scale=self.kl_fit.scale,
+                                threshold=threshold)
         return loss
-
-    def _slots_with_grad(self) -> list[_Slot]:
-        """Parameters with gradients, checked (sparse, complex) before any state changes."""
-        slots, key = [], 0
-        for group_index, group in enumerate(self.param_groups):
-            names = group.get("param_names")
-            for i, p in enumerate(group["params"]):
-                name = names[i] if names else f"group {group_index} parameter {i}"
-                if p.grad is not None:
-                    if p.grad.is_sparse:
-                        raise TypeError(f"LoGRA does not support sparse gradients ({name})")
-                    if p.grad.is_complex():
-                        raise TypeError(f"LoGRA does not support complex gradients ({name})")
-                    if not p.grad.is_contiguous():
-                        p.grad = p.grad.contiguous()
-                    slots.append(_Slot(group, p, key, name, local(p), local(p.grad),
-                                       row_shard(p, name)))
-                key += 1
-        return slots
 
     def sketch_only_projections(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor] | None]:
         """For each parameter, the projections (P: m×k, Q: n×r) its next step will sketch its
         gradient with, if that step reads the gradient only through the sketches L = Pᵀ G and
-        R = G Q; else None.
-
-        That is a sketched matrix with the Nyström reconstruction. The other rules also read G
-        itself (gain and channel rescale it, blend and subspace keep its part outside span(P)),
-        and dense AdamW reads all of G, so they get None. A DDP communication hook may
-        all-reduce (L, R) instead of G for the others (`logra.optim.comm_hook`). Parameters
-        that are not in this optimizer get None.
-        """
+        R = G Q (a sketched matrix with the Nyström reconstruction), else None: the other rules
+        also read G itself (gain and channel rescale it, blend and subspace keep its part outside
+        span(P)), dense AdamW all of it, and parameters not in this optimizer get None. A DDP
+        communication hook may all-reduce (L, R) instead of G for the parameters given
+        projections (`logra.optim.comm_hook`)."""
         group_of = {id(p): g for g in self.param_groups for p in g["params"]}
         plans: list[tuple[Tensor, Tensor] | None] = []
         for p in params:
             group = group_of.get(id(p))
-            if (group is None or group["reconstruction"] != "nystrom" or not group["sketch"]
-                    or sketch_shapes(p.shape, group["rank"], group["oversample"]) is None):
+            if (group is None or group["reconstruction"] != "nystrom"
+                    or not is_sketched(group, p.shape)):
                 plans.append(None)
                 continue
             state = self.state.get(p)  # (indexing the defaultdict would add an entry)
             step = int(state["step"].item()) if state else 0
-            slot = _Slot(group, p, -1, "", p, p, None)
-            plans.append(self._projections(slot, self._epoch(step + 1)))
+            plans.append(self.projection_bank.pair(group, p, step + 1))
         return plans
 
     def projections(self, param: Tensor) -> tuple[Tensor, Tensor]:
@@ -655,79 +439,9 @@ class LoGRA(Optimizer):
         if not state or "exp_avg_L" not in state:
             raise ValueError(f"parameter of shape {tuple(param.shape)} has no sketch moments "
                              "(not sketched, or no step taken yet)")
-        slot = _Slot(group, param, -1, "", param, param, None)
-        return self._projections(slot, self._epoch(int(state["step"].item())))
+        return self.projection_bank.pair(group, param, int(state["step"].item()))
 
-    def _sketch_shapes(self, slot: _Slot):
-        group = slot.group
-        if not group["sketch"]:
-            return None
-        return sketch_shapes(slot.param.shape, group["rank"], group["oversample"])
-
-    def _projections(self, slot: _Slot, epoch: int) -> tuple[Tensor, Tensor]:
-        """P (m×k) and Q (n×r) of a parameter at a refresh epoch.
-
-        Projections depend on the shape, not on the parameter: every matrix with m rows shares
-        one P, every matrix with n columns one Q, drawn from (seed, dimension, columns, epoch).
-        That is one QR per distinct shape and step, identical on every rank and after a restart
-        whatever the parameter order, and each matrix's sketch is still a random projection.
-        Unless `cache_projections` keeps them they live for one step; kept (m·k + n·r floats per
-        distinct shape), until the next refresh epoch replaces them.
-        """
-        group, shape, device = slot.group, slot.param.shape, slot.param.device
-        m, n = shape[0], math.prod(shape[1:])
-        rank = group["rank"]
-        return (self._projection(group["seed"], 0, m, rank + group["oversample"], epoch, device),
-                self._projection(group["seed"], 1, n, rank, epoch, device))
-
-    def _projection(self, seed: int, side: int, dim: int, cols: int, epoch: int, device):
-        key = (seed, side, dim, cols, epoch, str(device))
-        projection = self._projection_cache.get(key)
-        if projection is None:
-            projection = sk.orthonormal_projection(
-                dim, cols, sk.projection_seed(seed, side, dim, cols, epoch), device)
-            for stale in [k for k in self._projection_cache if k[:4] == key[:4]]:
-                del self._projection_cache[stale]  # an earlier refresh epoch's projection
-            self._projection_cache[key] = projection
-        return projection
-
-    def _drop_projections(self) -> None:
-        """End of a step: forget the projections `cache_projections` does not keep (none when
-        True, every one when False; when None, those on the CPU)."""
-        if self.cache_projections is True:
-            return
-        for key in [k for k in self._projection_cache
-                    if self.cache_projections is False or k[-1] == "cpu"]:
-            del self._projection_cache[key]
-
-    def _epoch(self, step: int) -> int:
-        return 0 if self.refresh_every is None else (step - 1) // self.refresh_every
-
-    def _units(self, slots: list[_Slot]) -> list[_Unit]:
-        """Partition the parameters into units updated together.
-
-        A parameter is batched when its group says `foreach=True`, or by default (None) when it
-        has at most BATCH_MAX_NUMEL elements (CPU_BATCH_MAX_NUMEL on the CPU): small tensors
-        cost Python time, large ones memory traffic, which the cache-blocked loop keeps low.
-        Batched sketched matrices are grouped by (param group, shape, step); batched dense
-        tensors by (param group, step); an unbatched parameter is a unit of its own.
-        """
-        units: dict[tuple, _Unit] = {}
-        for slot in slots:
-            foreach = slot.group["foreach"]
-            limit = CPU_BATCH_MAX_NUMEL if slot.param.device.type == "cpu" else BATCH_MAX_NUMEL
-            batched = slot.param.numel() <= limit if foreach is None else foreach
-            sketched = self._sketch_shapes(slot) is not None
-            if sketched and slot.group["reconstruction"] in ("blend", "subspace", "channel"):
-                batched = False  # no stacked form of these rules (yet)
-            state = self.state[slot.param]
-            step = int(state["step"].item()) if state else 0
-            key = ((id(slot.group), sketched, tuple(slot.param.shape) if sketched else (), step,
-                    slot.shard is None) if batched else (slot.key,))
-            units.setdefault(key, _Unit(sketched, batched, [])).slots.append(slot)
-        return list(units.values())
-
-    def _sketch_unit(self, unit: _Unit) -> tuple | None:
+    def _sketch_unit(self, unit: Unit) -> tuple | None:
         """Sketches of a unit's gradients, changing no state: (P, Q, L, R), or (P, Q, G, L, R)
         with the stacked gradients when batched; None for dense units.
 
@@ -738,7 +452,8 @@ class LoGRA(Optimizer):
             return None
         first = unit.slots[0]
         state = self.state[first.param]
-        P, Q = self._projections(first, self._epoch(int(state["step"].item()) + 1 if state else 1))
+        step = int(state["step"].item()) if state else 0
+        P, Q = self.projection_bank.pair(first.group, first.param, step + 1)
         reduce = reducer(first.shard)
         if first.shard is not None:
             P = P[first.shard.slice]
@@ -748,7 +463,7 @@ class LoGRA(Optimizer):
         G, L, R = batched.stacked_sketch([s.grad for s in unit.slots], P, Q)
         return P, Q, G, reduce(L), R
 
-    def _update_unit(self, unit: _Unit, sketch: tuple | None, gate: StepGate):
+    def _update_unit(self, unit: Unit, sketch: tuple | None, gate: StepGate):
         """Update the unit's moments (gated by the step's finiteness flag) and return the rule
         that yields its Δ."""
         if unit.sketched and unit.batched:
@@ -759,73 +474,34 @@ class LoGRA(Optimizer):
             return self._foreach_dense_update(unit.slots, gate)
         return self._dense_update(unit.slots[0], gate)
 
-    def _sketch_state(self, slot: _Slot, L: Tensor, R: Tensor) -> dict:
-        """The slot's state, created on first use, with its step counter advanced."""
-        state = self.state[slot.param]
-        if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["epoch"] = 0
-            rows = slot.param.shape[0]
-            for side, sketch in (("L", L), ("R", R)):
-                for name in (f"exp_avg_{side}", f"exp_avg_sq_{side}"):
-                    state[name] = distribute_state(torch.zeros_like(sketch), slot.shard,
-                                                   sharded_rows=side == "R", rows=rows)
-        state["step"] += 1
-        return state
-
     def _stacked_update(
-        self, slots: list[_Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor, *,
+        self, slots: list[Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor, *,
         gate: StepGate,
     ) -> batched.StackedUpdate:
         """Moments of B same-shaped matrices by foreach ops; their Δ on the stack."""
-        group = slots[0].group
-        beta1, beta2 = group["betas"]
-        states = [self._sketch_state(s, L[0], R[0]) for s in slots]
-        step = int(states[0]["step"].item())
-        for slot, state in zip(slots, states, strict=True):
-            if self._epoch(step) != state["epoch"]:
-                self._resketch_moments(slot, state, P, Q)
-        if group["maximize"]:
-            L, R = L.neg_(), R.neg_()
-        m_L, v_L, m_R, v_R = ([local(s[name]) for s in states] for name in
-                              ("exp_avg_L", "exp_avg_sq_L", "exp_avg_R", "exp_avg_sq_R"))
-        gate.update_gated([*m_L, *m_R], [*v_L, *v_R],
-                          [*gate.values(L).unbind(0), *gate.values(R).unbind(0)], beta1, beta2)
-        bias1, bias2 = 1 - beta1**step, 1 - beta2**step
-        m_L, m_R = torch.stack(m_L).div_(bias1), torch.stack(m_R).div_(bias1)
-        v_L, v_R = torch.stack(v_L).div_(bias2), torch.stack(v_R).div_(bias2)
-        rho, kappa = sk.energies(v_R, v_L, rows=slots[0].param.shape[0])
-        weights = [s.weight for s in slots]
-        lr, weight_decay = float(group["lr"]), group["weight_decay"]
-        reduce = reducer(slots[0].shard)
-        if group["reconstruction"] == "gain":
-            u_L = m_L.div_(v_L.sqrt_().add_(group["eps"]))
-            u_R = m_R.div_(v_R.sqrt_().add_(group["eps"]))
-            sign = -1.0 if group["maximize"] else 1.0
-            return batched.gain_update(weights, G, L, R, u_L, u_R, rho, kappa, lr,
-                                       weight_decay, sign, reduce)
-        return batched.nystrom_update(weights, G, m_R, m_L, P, group["rtol"], rho, kappa,
-                                      group["eps"], lr, weight_decay, reduce)
+        states = [self._sketch_state(s, L[0], R[0], P, Q) for s in slots]
+        stacked_moments = ([local(s[name]) for s in states] for name in moments.SKETCH_MOMENTS)
+        return batched.StackedUpdate.build(
+            [s.weight for s in slots], G, L, R, P, *stacked_moments, int(states[0]["step"].item()),
+            slots[0].param.shape[0], slots[0].group, gate, reducer(slots[0].shard))
 
     def _sketched_update(
-        self, slot: _Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor, *, gate: StepGate
+        self, slot: Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor, *, gate: StepGate
     ) -> Update:
         """Update the sketch moments with (L, R); return the rule that yields Δ."""
         group = slot.group
         beta1, beta2 = group["betas"]
-        state = self._sketch_state(slot, L, R)
+        state = self._sketch_state(slot, L, R, P, Q)
         step = int(state["step"].item())
-        if self._epoch(step) != state["epoch"]:
-            self._resketch_moments(slot, state, P, Q)
         if group["maximize"]:
             L, R = L.neg_(), R.neg_()
-        m_L, v_L = local(state["exp_avg_L"]), local(state["exp_avg_sq_L"])
-        m_R, v_R = local(state["exp_avg_R"]), local(state["exp_avg_sq_R"])
+        m_L, v_L, m_R, v_R = moments.sketch_moments(state)
         gate.update_moments([m_L, m_R], [v_L, v_R], [L, R], beta1, beta2)
 
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
         rho, kappa = sk.energies(v_R / bias2, v_L / bias2, rows=slot.param.shape[0])
         reduce = reducer(slot.shard)
+        grad = as_matrix(slot.grad)
         common = dict(param=slot.weight, lr=float(group["lr"]),
                       weight_decay=group["weight_decay"],
                       row_weight=rho / reduce(rho.sum()).clamp_min(1e-30), col_weight=kappa)
@@ -837,94 +513,48 @@ class LoGRA(Optimizer):
             else:
                 rows_are_channels = slot.param.shape[0] >= L.shape[1]
                 row_gain, col_gain = sk.channel_gains(L, R, u_L, u_R, rows_are_channels)
-                row_gain *= self._limit_channels(slot, state, row_gain, col_gain,
-                                                 rows_are_channels, gate)
+                row_gain *= channel_limit(state, grad, row_gain, col_gain, rows_are_channels,
+                                          reduce, gate)
             if group["maximize"]:
                 row_gain.neg_()  # D = s ⊙ (−G) ⊙ c on the unnegated gradient
-            return GainUpdate(grad=as_matrix(slot.grad), row_gain=row_gain, col_gain=col_gain,
-                              **common)
+            return GainUpdate(grad=grad, row_gain=row_gain, col_gain=col_gain, **common)
         if group["reconstruction"] == "nystrom":
             left = m_R / bias1
             right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"], reduce)
             return NystromUpdate(left=left, right=right, eps=group["eps"], **common)
         m_hat = m_L / bias1
         u_L = m_hat / (v_L / bias2).sqrt_().add_(group["eps"])
-        moves = dict(grad=as_matrix(slot.grad), grad_sign=-1.0 if group["maximize"] else 1.0,
-                     P=P, **common)
+        moves = dict(grad=grad, grad_sign=-1.0 if group["maximize"] else 1.0, P=P, **common)
         if group["reconstruction"] == "blend":
             scale = sk.column_scale(u_L, torch.maximum(sk.norms(L, 0), sk.norms(m_hat, 0)))
             return BlendUpdate(left_gap=m_hat - L, col_scale=scale, **moves)
         scale = sk.column_scale(u_L, sk.norms(L, 0))
-        scale *= self._limit_residual(slot, state, L, scale, gate)
+        scale *= residual_limit(state, grad, L, scale, reduce, gate)
         return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
 
-    def _limit_residual(
-        self, slot: _Slot, state: dict, L: Tensor, scale: Tensor, gate: StepGate
-    ) -> float:
-        """Fira's norm-growth limiter ζ of the "subspace" rule's scaled residual S = (G − P L)φ:
-        ζ = min(1, γ ‖S_prev‖ / ‖S‖); ‖ζS‖ is remembered (a float) for the next step.
-
-        ‖S‖² = Σ_j φ_j² (‖G[:,j]‖² − ‖L[:,j]‖²), P Pᵀ being an orthogonal projection: one pass
-        over G for its column norms, read with the step's finiteness flag in one host read. A
-        skipped step (a non-finite gradient anywhere) or a non-finite norm leaves the limiter's
-        memory as it was and the step unlimited.
-        """
-        grad = as_matrix(slot.grad)
-        columns = torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square_()
-        columns = reducer(slot.shard)(columns)
-        squared = (columns - L.square().sum(dim=0)).clamp_min_(0) @ scale.square()
-        return _growth_limit(state, "residual_norm", squared, gate)
-
-    def _limit_channels(
-        self, slot: _Slot, state: dict, row_gain: Tensor, col_gain: Tensor,
-        rows_are_channels: bool, gate: StepGate,
-    ) -> float:
-        """The norm-growth limiter ζ of the "channel" rule's scaled gradient S = diag(s) G diag(c)
-        (APOLLO applies Fira's limiter there): ‖S‖² = Σ_i (s_i ‖G[i,:]‖)² when rows are the
-        channels, Σ_j (c_j ‖G[:,j]‖)² otherwise; one pass over G, one host read, as
-        `_limit_residual`."""
-        grad, reduce = as_matrix(slot.grad), reducer(slot.shard)
-        if rows_are_channels:
-            rows = torch.linalg.vector_norm(grad, dim=1, dtype=torch.float32)
-            squared = reduce((rows * row_gain).square().sum())
-        else:
-            columns = reduce(torch.linalg.vector_norm(grad, dim=0, dtype=torch.float32).square())
-            squared = (columns.sqrt() * col_gain).square().sum()
-        return _growth_limit(state, "scaled_norm", squared, gate)
-
-    def _resketch_moments(self, slot: _Slot, state: dict, P: Tensor, Q: Tensor) -> None:
-        """Carry the moments from the previous epoch's projections into P, Q (P: this rank's
-        rows of P when sharded), in place."""
-        group, m = slot.group, slot.param.shape[0]
-        k = group["rank"] + group["oversample"]
-        P_old = sk.orthonormal_projection(
-            m, k, sk.projection_seed(group["seed"], 0, m, k, state["epoch"]), slot.param.device)
-        if slot.shard is not None:
-            P_old = P_old[slot.shard.slice]
-        reduce = reducer(slot.shard)
-        m_L, v_L = local(state["exp_avg_L"]), local(state["exp_avg_sq_L"])
-        m_R, v_R = local(state["exp_avg_R"]), local(state["exp_avg_sq_R"])
-        new_m_L, new_m_R = sk.transport_first_moment(m_R, m_L, P_old, P, Q, group["rtol"], reduce)
-        new_v_L, new_v_R = sk.transport_second_moment(v_R, v_L, P, Q, reduce, rows=m)
-        for moment, new in ((m_L, new_m_L), (m_R, new_m_R), (v_L, new_v_L), (v_R, new_v_R)):
-            moment.copy_(new)
-        state["epoch"] = self._epoch(int(state["step"].item()))
-
-    def _dense_state(self, slot: _Slot) -> dict:
-        """AdamW's fp32 moments of the slot, created on first use, step counter advanced."""
-        state = self.state[slot.param]
-        if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(slot.param, dtype=torch.float32)
-            state["exp_avg_sq"] = torch.zeros_like(slot.param, dtype=torch.float32)
-        state["step"] += 1
+    def _sketch_state(self, slot: Slot, L: Tensor, R: Tensor, P: Tensor, Q: Tensor) -> dict:
+        """The slot's sketch-moment state (`logra.optim.moments`), created on first use, its step
+        advanced, and on the first step of a refresh epoch its moments carried into P, Q (P: this
+        rank's rows of P when sharded)."""
+        m = slot.param.shape[0]
+        state = moments.sketch_state(self.state[slot.param], L, R, slot.shard, rows=m)
+        epoch = self.projection_bank.epoch(int(state["step"].item()))
+        if epoch != state["epoch"]:
+            group = slot.group
+            k = group["rank"] + group["oversample"]
+            P_old = self.projection_bank.draw(group["seed"], 0, m, k, state["epoch"],
+                                              slot.param.device)
+            if slot.shard is not None:
+                P_old = P_old[slot.shard.slice]
+            moments.transport(state, P_old, P, Q, group["rtol"], reducer(slot.shard), rows=m)
+            state["epoch"] = epoch
         return state
 
-    def _dense_update(self, slot: _Slot, gate: StepGate) -> Update:
+    def _dense_update(self, slot: Slot, gate: StepGate) -> Update:
         """AdamW's moments for a 1-D, small or unsketched parameter; return its rule."""
         group = slot.group
         beta1, beta2 = group["betas"]
-        state = self._dense_state(slot)
+        state = moments.dense_state(self.state[slot.param], slot.param)
         step = int(state["step"].item())
         grad = slot.grad.float()
         if group["maximize"]:
@@ -938,157 +568,41 @@ class LoGRA(Optimizer):
         )
 
     def _foreach_dense_update(
-        self, slots: list[_Slot], gate: StepGate
+        self, slots: list[Slot], gate: StepGate
     ) -> batched.ForeachDenseUpdate:
-        states = [self._dense_state(s) for s in slots]
+        """AdamW's moments of dense tensors with one step count by foreach ops; their rule."""
+        states = [moments.dense_state(self.state[s.param], s.param) for s in slots]
         return batched.ForeachDenseUpdate.build(
             [s.weight for s in slots], [s.grad for s in slots],
             [local(st["exp_avg"]) for st in states], [local(st["exp_avg_sq"]) for st in states],
             int(states[0]["step"].item()), slots[0].group, gate,
         )
 
-    def _kl_inputs(self, slots: list[_Slot]) -> tuple[nn.Module, tuple, dict, Tensor | None]:
-        """The model and batch the JVP estimator predicts on: explicit first, else recorded."""
-        if self._kl_batch is not None:
-            inputs = (self._kl_model, *self._kl_batch)
-        elif self._recorder is not None and self._recorder.has_batch:
-            recorder = self._recorder
-            inputs = (self._kl_model, *recorder.replay(), recorder.token_mask())
-        else:
-            raise RuntimeError(
-                f"kl_estimator={self.kl_estimator!r} needs a batch: call optimizer.attach(model) "
-                "and run a forward pass, or optimizer.set_kl_batch(model, ...) before step()"
-            )
-        in_model = {id(p) for p in inputs[0].parameters()}
-        missing = [s.name for s in slots if id(s.param) not in in_model]
-        if missing:
-            raise RuntimeError(f"parameters the KL model does not have: {missing[:5]}")
-        if self.kl_estimator == "calibrated":  # every kl_probe_stride-th sequence, rotating
-            inputs = (inputs[0], *batch_rows(*inputs[1:], self.kl_probe_stride, self._kl_steps))
-        return inputs
-
-    def _jvp_kl(
-        self, slots: list[_Slot], model: nn.Module, args: tuple, kwargs: dict,
-        token_mask: Tensor | None,
-    ) -> Tensor:
-        """½ΔᵀFΔ by one forward-mode JVP of `model`'s logits, Δ read from the grad buffers.
-
-        Each rank predicts on its own batch and the token mean runs over every rank's tokens of
-        the data-parallel group: Σ_ranks (mean · tokens) / Σ_ranks tokens, one all-reduce, so γ
-        (and the calibration) is the same on every rank. The group is `process_group`, or the
-        default group when torch.distributed runs more than one rank.
-        """
-        names = {id(p): name for name, p in model.named_parameters()}
-        delta = {names[id(s.param)]: s.param.grad for s in slots}
-        group = self.process_group
-        if group is None and dist.is_available() and dist.is_initialized() \
-                and dist.get_world_size() > 1:
-            group = dist.group.WORLD
-        if group is None:
-            return predicted_kl_jvp(model, delta, args, kwargs, token_mask)
-        logits, tangent = logits_jvp(model, delta, args, kwargs)
-        count = token_count(logits, token_mask)
-        terms = torch.stack([fisher_quadratic(logits, tangent, token_mask) * count, count])
-        total, tokens = all_reduce_sum(terms, group)
-        return total / tokens.clamp_min(1.0)
-
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """AdamW's layout plus the skipped-step count and the KL calibration (its window of
-        log-ratios and the probe schedule's step count); tensors and ints only, never P or Q."""
+        """AdamW's layout plus the skipped-step count and the KL control's state (the
+        calibration's window, the probe schedule's step count, the recent KLs to the reference:
+        `KLControl.state_dict`); tensors, ints and floats only, never P or Q."""
         state = super().state_dict()
         state["skipped_steps"] = self.skipped_steps
-        state["kl_log_ratios"] = self.kl_fit.state_dict()
-        state["kl_steps"] = self._kl_steps
-        state["reference_kls"] = list(self._reference_kls)
+        state.update(self._control.state_dict())
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load as AdamW does, but keep the moments fp32 (torch casts them to the param dtype).
-
-        `Optimizer.load_state_dict` casts every floating state tensor to its parameter's dtype,
-        which would round the fp32 moments of bf16 parameters to bf16; the saved fp32 tensors
-        are put back afterwards, moved to the parameter's device.
-        """
+        """Load as AdamW does, but keep the moments fp32 (torch casts them to the param dtype:
+        `moments.restore_fp32`). Groups saved before the KL control's keys moved into the groups
+        take this optimizer's values."""
         state_dict = dict(state_dict)
         saved_groups = state_dict.get("param_groups", [])
         check_saved_groups(saved_groups, set(self.defaults) - set(KL_CONTROL_KEYS), "LoGRA",
                            "sketches of the moments")
-        # a state saved before the KL control's keys moved into the groups: this optimizer's
         groups = [{**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group}
                   for group in saved_groups]
         state_dict["param_groups"] = groups
-        common_kl_control(groups)
+        settings = common_kl_control(groups)
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
-        self.kl_fit.load_state_dict(state_dict.pop("kl_log_ratios", torch.zeros(0)))
-        self._kl_steps = int(state_dict.pop("kl_steps", 0))
-        saved = [float(k) for k in state_dict.pop("reference_kls", [])]
-        self._projection_cache.clear()
+        self._control.load_state_dict(state_dict, settings["kl_drift_window"])
+        self.projection_bank.clear()
         super().load_state_dict(state_dict)
-        self._reference_kls = saved[-self.kl_drift_window:]
-        saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
-        current = chain.from_iterable(g["params"] for g in self.param_groups)
-        param_of = dict(zip(saved_ids, current, strict=True))
-        for saved_id, saved in state_dict["state"].items():
-            p = param_of[saved_id]
-            for key, value in saved.items():
-                if isinstance(value, Tensor) and key != "step":
-                    self.state[p][key] = value.to(p.device, torch.float32, copy=True)
-
-
-def _finite(tensors: list[Tensor], group: dist.ProcessGroup | None) -> Tensor:
-    """All entries finite, squares included (on every rank of `group`), in one foreach
-    reduction (max |x| propagates NaN and ∞) and at most one all-reduce: a boolean scalar on the
-    tensors' device, not read on the host.
-
-    For a sketched matrix the check runs on L and R: a NaN or ∞ anywhere in G reaches them.
-    The square of max |x| must be a finite fp32 number too: the second moments add x², and a
-    finite |x| > 1.8e19 would make them ∞ for good (and NaN once multiplied by β₂ = 0).
-    """
-    if not tensors:
-        return torch.ones((), dtype=torch.bool)
-    nonempty = [t for t in tensors if t.numel()]  # a shard may hold no rows
-    flag = (torch.stack([n.float() for n in torch._foreach_norm(nonempty, math.inf)])
-            .square().isfinite().all() if nonempty
-            else torch.ones((), dtype=torch.bool, device=tensors[0].device))
-    return true_on_every_rank(flag, group)
-
-
-def _mesh_group(slots: list[_Slot]) -> dist.ProcessGroup | None:
-    """The process group of the sharded parameters' mesh (one for all of them), or None."""
-    meshes = {s.shard.mesh for s in slots if s.shard is not None}
-    if len(meshes) > 1:
-        raise NotImplementedError("LoGRA supports DTensor parameters on one device mesh only")
-    return meshes.pop().get_group() if meshes else None
-
-
-def _predicted_fisher(units: list[_Unit], updates: list, group: dist.ProcessGroup | None) -> Tensor:
-    """Σ F Δ² over every parameter, a scalar on the device: the row shards' local sums are
-    all-reduced (one scalar), replicated parameters counted once."""
-    replicated: list[Tensor] = []
-    sharded: list[Tensor] = []
-    for unit, update in zip(units, updates, strict=True):
-        (replicated if unit.slots[0].shard is None else sharded).append(update.predicted_fisher())
-    if sharded:
-        replicated.append(all_reduce_sum(torch.stack(sharded).sum(), group))
-    return torch.stack(replicated).sum() if replicated else torch.zeros(())
-
-
-def _growth_limit(state: dict, key: str, squared: Tensor, gate: StepGate) -> float:
-    """Fira's norm-growth limiter: ζ = min(1, γ ‖S_prev‖ / ‖S‖) for a scaled direction S with
-    ‖S‖² = `squared` (a device scalar), γ = NORM_GROWTH_LIMIT; ‖ζS‖ is remembered in
-    `state[key]` (a float). Reads the norm and the step's finiteness flag in one host read. A
-    skipped step (a non-finite gradient anywhere) or a non-finite norm leaves the memory as it
-    was and the step unlimited.
-    """
-    squared, ok = torch.stack([squared, gate.ok.to(squared.dtype)]).tolist()
-    norm = math.sqrt(squared) if squared >= 0 else math.nan
-    if not ok or not math.isfinite(norm):
-        return 1.0
-    previous = state.get(key, 0.0)
-    limit = 1.0
-    if previous > 0 and norm > NORM_GROWTH_LIMIT * previous:
-        limit = NORM_GROWTH_LIMIT * previous / norm
-    state[key] = norm * limit
-    return limit
+        moments.restore_fp32(self.state, self.param_groups, state_dict)
