@@ -158,41 +158,40 @@ def _lora(
     return _adamw(trainable_params(adapted), state_dtype=state_dtype, include_step=include_step)
 
 
-def _projected(p: ParamInfo, project_embeddings: bool) -> bool:
-    return len(p.shape) >= 2 and (project_embeddings or not p.embedding)
+def _projected_bytes(
+    params: list[ParamInfo], project_embeddings: bool, matrix_bytes: Callable[[int, int, int], int],
+) -> dict[str, int]:
+    """GaLore-style accounting: dense Adam moments (2·b·numel) for every tensor that is not
+    projected (1-D, or an embedding unless `project_embeddings`), `matrix_bytes(b, big, small)`
+    for each projected matrix (b the dtype's bytes, big ≥ small its sides)."""
+    table = {}
+    for p in params:
+        b = p.dtype.itemsize
+        if len(p.shape) < 2 or (p.embedding and not project_embeddings):
+            table[p.name] = 2 * b * p.numel
+            continue
+        m, n = _matrix(p.shape)
+        big, small = (m, n) if m >= n else (n, m)
+        table[p.name] = matrix_bytes(b, big, small)
+    return table
 
 
 def _galore(
     params: list[ParamInfo], *, rank: int = 16, project_embeddings: bool = False,
 ) -> dict[str, int]:
-    table = {}
-    for p in params:
-        b = p.dtype.itemsize
-        if not _projected(p, project_embeddings):
-            table[p.name] = 2 * b * p.numel
-            continue
-        m, n = _matrix(p.shape)
-        r = min(rank, m, n)
-        big, small = (m, n) if m >= n else (n, m)
-        table[p.name] = b * r * small + 2 * b * r * big
-    return table
+    def matrix_bytes(b: int, big: int, small: int) -> int:
+        r = min(rank, small)
+        return b * r * small + 2 * b * r * big
+    return _projected_bytes(params, project_embeddings, matrix_bytes)
 
 
 def _apollo(
     params: list[ParamInfo], *, rank: int = 16, project_embeddings: bool = False,
     store_projection: bool = True, norm_limiter: bool = True,
 ) -> dict[str, int]:
-    table = {}
-    for p in params:
-        b = p.dtype.itemsize
-        if not _projected(p, project_embeddings):
-            table[p.name] = 2 * b * p.numel
-            continue
-        m, n = _matrix(p.shape)
-        big, small = (m, n) if m >= n else (n, m)
-        table[p.name] = (b * rank * small * store_projection + 2 * b * rank * big
-                         + b * norm_limiter)
-    return table
+    def matrix_bytes(b: int, big: int, small: int) -> int:
+        return b * rank * small * store_projection + 2 * b * rank * big + b * norm_limiter
+    return _projected_bytes(params, project_embeddings, matrix_bytes)
 
 
 def _flora(params: list[ParamInfo], *, rank: int = 16, accumulate: bool = False) -> dict[str, int]:
