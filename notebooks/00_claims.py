@@ -28,11 +28,12 @@ from logra.experiments import claims, report
 # %% tags=["parameters"]
 scale = "default"
 figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
-readme = "README.md"  # its claims block is rewritten with the ledger; "" leaves it alone
+readme = None  # whose claims block the ledger rewrites; None: the project's README.md; "": none
 rewrite_readme = False  # the README follows the default scale only; True: this scale too
 
 # %%
 figures_dir = figures_dir or paths.figures_dir(scale)
+readme = paths.project_root() / "README.md" if readme is None else readme
 table = claims.ledger(claims.collect(figures_dir))
 report.show_table(table, "claims", figures_dir)
 if readme and (scale == paths.FIGURES_SCALE or rewrite_readme):
