@@ -35,7 +35,7 @@ def test_builders_cover_the_field_and_honour_the_filter() -> None:
     assert {"logra-r16-calibrated", "logra-r16-jvp"} <= set(lm_names)
     only = [name for name, _ in oc.optimizer_builders({**cfg, "optimizers": ["logra"],
                                                        "control_estimators": []})]
-    assert only == ["logra-r8"]
+    assert only == ["adamw", "adamw-fused", "logra-r8"]  # the ratios' baselines always
     with pytest.raises(ValueError, match="unknown control estimator 'exact'"):
         oc.optimizer_builders({**cfg, "control_estimators": ["exact"]})
 

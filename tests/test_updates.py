@@ -27,7 +27,7 @@ def test_gain_update_matches_its_formula() -> None:
     assert len(list(sk.row_blocks(*G.shape))) > 1
     row_gain, col_gain = sk.gain_factors(L, R, L.sign(), R.sign())
     rule = up.GainUpdate(param=W.clone(), lr=0.1, weight_decay=0.01, grad=G,
-                         row_gain=row_gain, col_gain=col_gain,
+                         row_factor=-0.1 * row_gain, col_gain=col_gain,
                          row_weight=rho / rho.sum(), col_weight=kappa)
     expected = -0.1 * (row_gain[:, None] * G * col_gain[None, :] + 0.01 * W)
     rule.param.grad = torch.empty_like(G)

@@ -134,7 +134,9 @@ def optimizer_builders(
     for name in ("galore", "apollo"):
         if _installed(REGISTRY[name].package[0]):
             builders[f"{name}-r{rank}"] = lambda m, n=name: build_optimizer(n, m, settings)
-    return [(name, builders[name]) for name in builders if _wanted(name, cfg["optimizers"])]
+    # the two AdamWs are measured whatever `optimizers` says: every ratio is to them
+    return [(name, builders[name]) for name in builders
+            if name in (BASELINE, FUSED) or _wanted(name, cfg["optimizers"])]
 
 
 def logra_with_control(model: nn.Module, lr: float, rank: int, estimator: str,

@@ -7,7 +7,8 @@ arithmetic. Here same-shaped sketched matrices are stacked, B at a time, and ske
 one matrix-sized temporary per parameter in flight: it is overwritten by Δ in place.
 
 The projections P, Q are shared by the stack. The rules are those of `logra.optim.updates` with
-a leading batch dimension:
+a leading batch dimension (the gain rule's factors come from `logra.optim.gain`, which takes
+every sketched matrix of a step together):
 
     Gain:     Δ_b = −lr · (s_b ⊙ G_b ⊙ c_b + λ W_b)
     Nyström:  Δ_b = −lr · ((m̂_R)_b (C_b^† (m̂_L)_b) / (√(ρ_b κ_bᵀ/Σρ_b) + ε) + λ W_b)
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor
 
 from logra.optim.gate import StepGate
-from logra.optim.sketch import Reduce, energies, identity, norms, sqrt_ratio
+from logra.optim.sketch import Reduce, energies, identity
 from logra.optim.updates import as_matrix
 
 
@@ -46,17 +47,17 @@ class StackedUpdate:
     col_weight: Tensor  # κ, B×n
 
     @classmethod
-    def build(
+    def nystrom(
         cls, params: list[Tensor], G: Tensor, L: Tensor, R: Tensor, P: Tensor,
         exp_avg_L: list[Tensor], exp_avg_sq_L: list[Tensor], exp_avg_R: list[Tensor],
         exp_avg_sq_R: list[Tensor], step: int, rows: int, group: dict, gate: StepGate,
         reduce: Reduce = identity,
     ) -> StackedUpdate:
         """Update the sketch moments in place with the stack's sketches L (B×k×n) and R (B×m×r)
-        (gated: `logra.optim.gate`) and form Δ over G (B×m×n) by the group's rule, "gain" or
-        "nystrom". exp_avg_L, exp_avg_sq_L: one k×n tensor per matrix; exp_avg_R, exp_avg_sq_R:
-        one m×r tensor per matrix (m: this rank's rows when sharded, `rows` in all); P (m×k):
-        the stack's left projection (this rank's rows)."""
+        (gated: `logra.optim.gate`) and form the Nyström rule's Δ over G (B×m×n). exp_avg_L,
+        exp_avg_sq_L: one k×n tensor per matrix; exp_avg_R, exp_avg_sq_R: one m×r tensor per
+        matrix (m: this rank's rows when sharded, `rows` in all); P (m×k): the stack's left
+        projection (this rank's rows). (The gain rule's stacks: `gain_update`.)"""
         beta1, beta2 = group["betas"]
         if group["maximize"]:
             L, R = L.neg_(), R.neg_()
@@ -66,15 +67,8 @@ class StackedUpdate:
         m_L, m_R = torch.stack(exp_avg_L).div_(bias1), torch.stack(exp_avg_R).div_(bias1)
         v_L, v_R = torch.stack(exp_avg_sq_L).div_(bias2), torch.stack(exp_avg_sq_R).div_(bias2)
         rho, kappa = energies(v_R, v_L, rows=rows)
-        lr, weight_decay = float(group["lr"]), group["weight_decay"]
-        if group["reconstruction"] == "gain":
-            u_L = m_L.div_(v_L.sqrt_().add_(group["eps"]))
-            u_R = m_R.div_(v_R.sqrt_().add_(group["eps"]))
-            sign = -1.0 if group["maximize"] else 1.0
-            return gain_update(params, G, L, R, u_L, u_R, rho, kappa, lr, weight_decay, sign,
-                               reduce)
         return nystrom_update(params, G, m_R, m_L, P, group["rtol"], rho, kappa, group["eps"],
-                              lr, weight_decay, reduce)
+                              float(group["lr"]), group["weight_decay"], reduce)
 
     def predicted_fisher(self) -> Tensor:
         """Σ_b Σ_ij (ρ_b)_i (κ_b)_j (Δ_b)_ij² / Σρ_b, as Σ_b ((ρ_b/Σρ_b)ᵀ Δ_b²) κ_b: a row vector
@@ -95,20 +89,15 @@ class StackedUpdate:
 
 
 def gain_update(
-    params: list[Tensor], G: Tensor, L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor,
-    rho: Tensor, kappa: Tensor, lr: float, weight_decay: float, sign: float,
-    reduce: Reduce = identity,
+    params: list[Tensor], G: Tensor, row_factor: Tensor, col_gain: Tensor, row_weight: Tensor,
+    kappa: Tensor, lr: float, weight_decay: float,
 ) -> StackedUpdate:
-    """The gain rule on a stack, Δ written over G. Shapes as in `sk.gain_factors`, plus B.
-
-    `reduce` sums over ranks when the stack holds shards of rows (`logra.optim.sketch`).
-    """
-    col_gain = sqrt_ratio(norms(u_L, 1), norms(L, 1))  # B×n
-    row_gain = sqrt_ratio(norms(u_R, 2), norms(R, 2))  # B×m
-    delta = G.mul_(row_gain.mul_(-lr * sign)[:, :, None]).mul_(col_gain[:, None, :])
+    """The gain rule on a stack, Δ written over G (B×m×n): row_factor −lr·√s (B×m, +lr·√s
+    under maximize), col_gain √c (B×n), row_weight ρ/Σρ (B×m), kappa κ (B×n), from
+    `logra.optim.gain.family_factors`."""
+    delta = G.mul_(row_factor[:, :, None]).mul_(col_gain[:, None, :])
     _add_weight_decay(delta, params, lr, weight_decay)
-    return StackedUpdate(params=params, delta=delta, row_weight=_normalized(rho, reduce),
-                         col_weight=kappa)
+    return StackedUpdate(params=params, delta=delta, row_weight=row_weight, col_weight=kappa)
 
 
 def nystrom_update(

@@ -73,7 +73,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
-from logra.optim import batched, moments
+from logra.optim import batched, gain, moments
 from logra.optim import sketch as sk
 from logra.optim.control import KLControl, predicted_fisher, step_scale
 from logra.optim.distributed import local, mesh_group, reducer
@@ -358,8 +358,7 @@ class LoGRA(Optimizer):
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
                    for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])]
         gate = StepGate(all_finite(checked, mesh))
-        updates = [self._update_unit(unit, sketch, gate)
-                   for unit, sketch in zip(units, sketches, strict=True)]
+        updates = self._updates(units, sketches, gate)
         self.projection_bank.end_step()
         if threshold is None:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
@@ -463,9 +462,51 @@ class LoGRA(Optimizer):
         G, L, R = batched.stacked_sketch([s.grad for s in unit.slots], P, Q)
         return P, Q, G, reduce(L), R
 
+    def _updates(self, units: list[Unit], sketches: list[tuple | None], gate: StepGate) -> list:
+        """Update every unit's moments (gated by the step's finiteness flag) and return the
+        rules that yield their Δ, in unit order. The gain rule's sketched units of one group and
+        step count are taken together (`logra.optim.gain`); the others one unit at a time."""
+        updates: list = [None] * len(units)
+        families: dict[tuple, list[tuple[int, gain.Member]]] = {}
+        for i, (unit, sketch) in enumerate(zip(units, sketches, strict=True)):
+            first = unit.slots[0]
+            if not (unit.sketched and first.group["reconstruction"] == "gain"):
+                updates[i] = self._update_unit(unit, sketch, gate)
+                continue
+            P, Q, *_, L, R = sketch
+            states = [self._sketch_state(s, L[0] if unit.batched else L,
+                                         R[0] if unit.batched else R, P, Q) for s in unit.slots]
+            member = gain.Member(L=L, R=R, rows=first.param.shape[0],
+                                 moments=[moments.sketch_moments(st) for st in states])
+            key = (id(first.group), int(states[0]["step"].item()), first.shard is None)
+            families.setdefault(key, []).append((i, member))
+        for (_, step, _), family in families.items():
+            first = units[family[0][0]].slots[0]
+            factors = gain.family_factors([member for _, member in family], first.group, step,
+                                          gate, reducer(first.shard))
+            for (i, _), factor in zip(family, factors, strict=True):
+                updates[i] = self._gain_update(units[i], sketches[i], factor)
+        return updates
+
+    @staticmethod
+    def _gain_update(unit: Unit, sketch: tuple, factors: gain.GainFactors) -> Update:
+        """The gain rule's Δ of one unit from its factors: a matrix's rows a block at a time, or
+        a stack's Δ over its stacked gradients."""
+        group = unit.slots[0].group
+        lr, weight_decay = float(group["lr"]), group["weight_decay"]
+        if unit.batched:
+            return batched.gain_update([s.weight for s in unit.slots], sketch[2],
+                                       factors.row_factor, factors.col_gain, factors.row_weight,
+                                       factors.col_weight, lr, weight_decay)
+        slot = unit.slots[0]
+        return GainUpdate(param=slot.weight, lr=lr, weight_decay=weight_decay,
+                          grad=as_matrix(slot.grad), row_factor=factors.row_factor,
+                          col_gain=factors.col_gain, row_weight=factors.row_weight,
+                          col_weight=factors.col_weight)
+
     def _update_unit(self, unit: Unit, sketch: tuple | None, gate: StepGate):
         """Update the unit's moments (gated by the step's finiteness flag) and return the rule
-        that yields its Δ."""
+        that yields its Δ (the rules other than gain, and dense AdamW)."""
         if unit.sketched and unit.batched:
             return self._stacked_update(unit.slots, *sketch, gate=gate)
         if unit.sketched:
@@ -478,10 +519,10 @@ class LoGRA(Optimizer):
         self, slots: list[Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor, *,
         gate: StepGate,
     ) -> batched.StackedUpdate:
-        """Moments of B same-shaped matrices by foreach ops; their Δ on the stack."""
+        """Moments of B same-shaped matrices (Nyström) by foreach ops; their Δ on the stack."""
         states = [self._sketch_state(s, L[0], R[0], P, Q) for s in slots]
         stacked_moments = ([local(s[name]) for s in states] for name in moments.SKETCH_MOMENTS)
-        return batched.StackedUpdate.build(
+        return batched.StackedUpdate.nystrom(
             [s.weight for s in slots], G, L, R, P, *stacked_moments, int(states[0]["step"].item()),
             slots[0].param.shape[0], slots[0].group, gate, reducer(slots[0].shard))
 
@@ -505,19 +546,17 @@ class LoGRA(Optimizer):
         common = dict(param=slot.weight, lr=float(group["lr"]),
                       weight_decay=group["weight_decay"],
                       row_weight=rho / reduce(rho.sum()).clamp_min(1e-30), col_weight=kappa)
-        if group["reconstruction"] in ("gain", "channel"):
+        if group["reconstruction"] == "channel":
             u_L = (m_L / bias1).div_((v_L / bias2).sqrt_().add_(group["eps"]))
             u_R = (m_R / bias1).div_((v_R / bias2).sqrt_().add_(group["eps"]))
-            if group["reconstruction"] == "gain":
-                row_gain, col_gain = sk.gain_factors(L, R, u_L, u_R)
-            else:
-                rows_are_channels = slot.param.shape[0] >= L.shape[1]
-                row_gain, col_gain = sk.channel_gains(L, R, u_L, u_R, rows_are_channels)
-                row_gain *= channel_limit(state, grad, row_gain, col_gain, rows_are_channels,
-                                          reduce, gate)
-            if group["maximize"]:
-                row_gain.neg_()  # D = s ⊙ (−G) ⊙ c on the unnegated gradient
-            return GainUpdate(grad=grad, row_gain=row_gain, col_gain=col_gain, **common)
+            rows_are_channels = slot.param.shape[0] >= L.shape[1]
+            row_gain, col_gain = sk.channel_gains(L, R, u_L, u_R, rows_are_channels)
+            row_gain *= channel_limit(state, grad, row_gain, col_gain, rows_are_channels,
+                                      reduce, gate)
+            # D = s ⊙ (−G) ⊙ c on the unnegated gradient under maximize
+            sign = -1.0 if group["maximize"] else 1.0
+            return GainUpdate(grad=grad, row_factor=row_gain.mul_(-common["lr"] * sign),
+                              col_gain=col_gain, **common)
         if group["reconstruction"] == "nystrom":
             left = m_R / bias1
             right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"], reduce)

@@ -13,7 +13,9 @@ dominates for small tensors, memory traffic for large ones, so a parameter is ba
 group says `foreach=True`, or by default (`foreach=None`) when it has at most BATCH_MAX_NUMEL
 elements (CPU_BATCH_MAX_NUMEL on the CPU). Batched sketched matrices of one group, shape and
 step form one unit (stacked B×m×n, `logra.optim.batched`), batched dense tensors of one group
-and step another (`torch._foreach_*`); every other parameter is a unit of its own.
+and step another (`torch._foreach_*`); every other parameter is a unit of its own. Under the
+gain rule the sketch-space work of every sketched unit of one group and step is then done
+together (`logra.optim.gain`); the matrix-sized work stays per unit.
 """
 
 from __future__ import annotations

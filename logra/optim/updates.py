@@ -152,14 +152,11 @@ class GainUpdate(RankOneFisher, Update):
     """U = diag(s) G diag(c): the current gradient with Adam's sketch-space row/column gains."""
 
     grad: Tensor  # m×n gradient (any float dtype)
-    row_gain: Tensor  # √s, (m,), sign of `maximize` folded in
+    row_factor: Tensor  # −lr·√s, (m,) (+lr·√s under `maximize`)
     col_gain: Tensor  # √c, (n,)
 
-    def __post_init__(self) -> None:
-        self._row_factor = self.row_gain * -self.lr
-
     def scaled_direction(self, rows: slice) -> Tensor:
-        block = self.grad[rows].float() * self._row_factor[rows, None]
+        block = self.grad[rows].float() * self.row_factor[rows, None]
         return block.mul_(self.col_gain)
 
 

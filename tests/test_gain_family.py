@@ -1,0 +1,151 @@
+"""The gain rule's factors for many matrices at once (`logra.optim.gain`): bit for bit those of
+each matrix alone, one all-reduce per family, and an optimizer step that does not depend on
+which matrices share it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from logra.optim import LoGRA
+from logra.optim import sketch as sk
+from logra.optim.gain import Member, family_factors
+from logra.optim.gate import StepGate
+
+K, R = 4, 3
+# (stack size or None for a single matrix, m, n): widths shared and not, a stack among singles,
+# row counts that leave the concatenation's rows at odd offsets
+LAYOUT = [(None, 12, 7), (2, 12, 7), (None, 5, 9), (None, 31, 7), (3, 6, 9), (None, 9, 20)]
+GROUP = dict(betas=(0.9, 0.99), eps=1e-8, lr=0.1, maximize=False)
+
+
+def _matrices(seed: int) -> list[dict]:
+    """Sketches and (nonzero) moments of every matrix of LAYOUT, one dict per matrix."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for batch, m, n in LAYOUT:
+        for _ in range(batch or 1):
+            moments = (torch.randn(K, n, generator=g), torch.rand(K, n, generator=g),
+                       torch.randn(m, R, generator=g), torch.rand(m, R, generator=g))
+            L, R_ = torch.randn(K, n, generator=g), torch.randn(m, R, generator=g)
+            L[:, 0] = 0.0  # a dead column: its gain is 0, not NaN
+            out.append(dict(L=L, R=R_, moments=moments, rows=m))
+    return out
+
+
+def _members(matrices: list[dict]) -> list[Member]:
+    """LAYOUT's members over copies of `matrices` (stacks as the batched path stacks them)."""
+    members, i = [], 0
+    for batch, m, _ in LAYOUT:
+        chunk = matrices[i:i + (batch or 1)]
+        i += len(chunk)
+        copies = [tuple(t.clone() for t in x["moments"]) for x in chunk]
+        if batch is None:
+            members.append(Member(L=chunk[0]["L"].clone(), R=chunk[0]["R"].clone(),
+                                  moments=copies, rows=m))
+        else:
+            members.append(Member(L=torch.stack([x["L"] for x in chunk]),
+                                  R=torch.stack([x["R"] for x in chunk]), moments=copies, rows=m))
+    return members
+
+
+def _alone(x: dict, group: dict, step: int, gate: StepGate) -> dict:
+    """One matrix's moments and factors as the per-matrix formulas give them (`sketch`)."""
+    m_L, v_L, m_R, v_R = (t.clone() for t in x["moments"])
+    L, R_ = x["L"].clone(), x["R"].clone()
+    sign = -1.0 if group["maximize"] else 1.0
+    if group["maximize"]:
+        L, R_ = L.neg(), R_.neg()
+    beta1, beta2 = group["betas"]
+    gate.update_moments([m_L, m_R], [v_L, v_R], [L, R_], beta1, beta2)
+    bias1, bias2 = 1 - beta1**step, 1 - beta2**step
+    u_L = (m_L / bias1).div_((v_L / bias2).sqrt_().add_(group["eps"]))
+    u_R = (m_R / bias1).div_((v_R / bias2).sqrt_().add_(group["eps"]))
+    row_gain, col_gain = sk.gain_factors(L, R_, u_L, u_R)
+    rho, kappa = sk.energies(v_R / bias2, v_L / bias2, rows=x["rows"])
+    return dict(moments=(m_L, v_L, m_R, v_R), row_factor=row_gain * (-group["lr"] * sign),
+                col_gain=col_gain, row_weight=rho / rho.sum().clamp_min(1e-30), col_weight=kappa)
+
+
+def _per_matrix(factors: list, members: list[Member]) -> list[dict]:
+    """The family's factors and moments, one dict per matrix (stacks unbound)."""
+    out = []
+    for f, member in zip(factors, members, strict=True):
+        for b, moments in enumerate(member.moments):
+            pick = (lambda t, b=b: t[b]) if member.stacked else (lambda t: t)
+            out.append(dict(moments=moments, row_factor=pick(f.row_factor),
+                            col_gain=pick(f.col_gain), row_weight=pick(f.row_weight),
+                            col_weight=pick(f.col_weight)))
+    return out
+
+
+@pytest.mark.parametrize("maximize", [False, True])
+@pytest.mark.parametrize("ok", [True, False])
+def test_family_factors_are_bit_for_bit_each_matrix_alone(maximize: bool, ok: bool) -> None:
+    """Moments, gains and Fisher weights of a family of singles and stacks of mixed shapes
+    equal, exactly, what each matrix's own formulas give; a skipped step (ok False) leaves
+    every moment as it was."""
+    group = {**GROUP, "maximize": maximize}
+    gate = StepGate(torch.tensor(ok))
+    matrices = _matrices(0)
+    members = _members(matrices)
+    factors = family_factors(members, group, step=3, gate=gate)
+    family = _per_matrix(factors, members)
+    assert len(family) == len(matrices)
+    for got, x in zip(family, matrices, strict=True):
+        expected = _alone(x, group, 3, gate)
+        for a, b in zip(got["moments"], expected["moments"], strict=True):
+            assert torch.equal(a, b)
+        for key in ("row_factor", "col_gain", "row_weight", "col_weight"):
+            assert torch.equal(got[key], expected[key]), key
+        if not ok:
+            for a, b in zip(got["moments"], x["moments"], strict=True):
+                assert torch.equal(a, b)
+    assert all(f.col_gain[..., 0].eq(0).all() for f in factors)  # dead columns
+
+
+def test_a_family_sums_its_row_energies_over_ranks_in_one_reduction() -> None:
+    """Sharded rows: every matrix's Σρ goes through `reduce` once, together (one all-reduce for
+    the family), and ρ/Σρ divides by the reduced sum."""
+    calls = []
+
+    def reduce(t: torch.Tensor) -> torch.Tensor:  # two ranks holding the same rows
+        calls.append(t.shape)
+        return t * 2
+
+    matrices = _matrices(1)
+    gate = StepGate(torch.tensor(True))
+    factors = family_factors(_members(matrices), GROUP, step=2, gate=gate, reduce=reduce)
+    assert calls == [torch.Size([len(matrices)])]
+    for got, x in zip(_per_matrix(factors, _members(matrices)), matrices, strict=True):
+        expected = _alone(x, GROUP, 2, gate)
+        torch.testing.assert_close(got["row_weight"], expected["row_weight"] / 2,
+                                   rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("foreach", [None, False, True])
+def test_a_step_does_not_depend_on_which_matrices_share_it(foreach: bool | None) -> None:
+    """One optimizer over matrices of several shapes (one family) and one optimizer per matrix
+    (families of one) reach bit-identical weights and moments."""
+    g = torch.Generator().manual_seed(2)
+    shapes = [(16, 12), (16, 12), (9, 30), (40, 12), (16, 12), (7,)]
+    start = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(3)]
+
+    def run(groups: list[list[int]]) -> list[nn.Parameter]:
+        params = [nn.Parameter(w.clone()) for w in start]
+        optimizers = [LoGRA([params[i] for i in members], lr=1e-2, rank=3, foreach=foreach,
+                            weight_decay=0.1, predicted_kl_threshold=None)
+                      for members in groups]
+        for step in grads:
+            for p, grad in zip(params, step, strict=True):
+                p.grad = grad.clone()
+            for opt in optimizers:
+                opt.step()
+        return params
+
+    together = run([list(range(len(shapes)))])
+    alone = run([[i] for i in range(len(shapes))])
+    for a, b in zip(together, alone, strict=True):
+        assert torch.equal(a, b)
