@@ -47,7 +47,6 @@ measured  Two CPU ranks with gloo (`torch.multiprocessing.spawn`), `measured_mod
 from __future__ import annotations
 
 import math
-import os
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -305,14 +304,14 @@ def _free_port() -> int:
 
 
 def on_two_ranks(cfg: dict[str, Any], model: nn.Module) -> list[dict[str, Any]]:
-    """`rank_checks` of `model` on two gloo ranks (one thread each); what each returned.
+    """`rank_checks` of `model` on two gloo ranks (one thread each: `_rank_main` sets it, and
+    this process's environment stays as it was); what each returned.
 
     The ranks are forked, so they start with everything this process imported (spawned ranks
     spend most of their time importing torch and transformers again).
     """
     import torch.multiprocessing as mp
 
-    os.environ["OMP_NUM_THREADS"] = "1"
     args = (cfg, model.config, {k: v.clone() for k, v in model.state_dict().items()})
     with tempfile.TemporaryDirectory() as out:
         mp.start_processes(_rank_main, args=(_free_port(), out, *args), nprocs=WORLD, join=True,
