@@ -233,6 +233,15 @@ def test_calibration_fit_recovers_a_known_factor() -> None:
     assert math.isnan(kt._fit(pd.Series([0.0, -1.0]), pd.Series([1.0, 1.0]))["ratio"])
 
 
+def test_calibration_spearman_ranks_ties_by_their_mean() -> None:
+    """Ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4), both of mean 2.5: Σdd' = 4.5, Σd² = 4.5 and
+    Σd'² = 5, so ρ = 4.5 / √(4.5·5) = √0.9; with a constant side ρ is undefined (nan)."""
+    fit = kt._fit(pd.Series([1e-6, 2e-6, 2e-6, 3e-6]), pd.Series([1e-6, 3e-6, 2e-6, 4e-6]))
+    assert fit["spearman"] == pytest.approx(math.sqrt(0.9), rel=1e-12)
+    flat = kt._fit(pd.Series([1e-6, 1e-6, 1e-6]), pd.Series([1e-6, 3e-6, 2e-6]))
+    assert math.isnan(flat["spearman"])
+
+
 @pytest.fixture
 def learning_smoke(monkeypatch, tmp_path_factory):
     """The smoke config with a stand-in reward (1 for an even-length completion), so that the

@@ -214,8 +214,8 @@ def _fit(predicted: pd.Series, measured: pd.Series) -> dict[str, float]:
         return dict(points=0, ratio=math.nan, median_ratio=math.nan, slope=math.nan,
                     spearman=math.nan)
     slope = float(np.polyfit(p, m, 1)[0]) if n > 2 and np.ptp(p) > 0 else math.nan
-    spearman = (float(pd.Series(p).rank().corr(pd.Series(m).rank()))  # Pearson of the ranks
-                if n > 2 else math.nan)
+    spearman = (float(pd.Series(p).corr(pd.Series(m), method="spearman"))
+                if n > 2 and np.ptp(p) > 0 and np.ptp(m) > 0 else math.nan)
     return dict(points=n, ratio=float(np.exp(np.mean(m - p))),
                 median_ratio=float(np.exp(np.median(m - p))), slope=slope, spearman=spearman)
 
