@@ -162,6 +162,21 @@ def ramp(end: float, steps: int = 60) -> list[float]:
     return list(np.linspace(end / steps, end, steps))
 
 
+def test_trajectory_figure_draws_each_method_and_the_band_of_its_seeds() -> None:
+    """Per panel a line per method (γ: the controlled ones) and a band where there are
+    several seeds."""
+    frame = _frame({"adamw": [ramp(0.05), ramp(0.04), ramp(0.03)],
+                    "logra": [ramp(0.04)] * 3, "naive": [ramp(1.0)]})
+    kl, step_kl, gamma, reward = kt.plot_trajectories(frame, _cfg()).axes
+    for ax in (kl, reward):
+        assert len(ax.lines) == 3 and len(ax.collections) == 2  # naive ran one seed
+    assert len(step_kl.lines) == 4  # and the budget's line
+    assert len(gamma.lines) == 1 and gamma.lines[0].get_color() == grpo_runs.METHODS[
+        "logra"].color
+    assert kl.lines[0].get_ydata() == pytest.approx(
+        np.mean([ramp(0.05), ramp(0.04), ramp(0.03)], axis=0)[1:])  # from step 2
+
+
 @pytest.mark.parametrize(("naive_ends", "verdict"), [
     ([5.0, 6.0, 8.0], "reproduced"),  # every seed far above dense AdamW (0.05) and 0.1
     ([5.0, 0.03, 0.04], "partly"),

@@ -64,6 +64,7 @@ import torch
 from torch import Tensor, nn
 
 from logra.config import load_config
+from logra.experiments.plots import line_with_band
 from logra.experiments.report import ClaimRow
 from logra.optim import LoGRA
 from logra.optim import sketch as sk
@@ -396,13 +397,10 @@ PANELS = (
 
 
 def binned(sel: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame:
-    """Median, min and max of `value` in each step bin [edges_i, edges_i+1); index: the
-    geometric centre of the bin. Empty bins are dropped."""
-    index = np.digitize(sel.step, edges) - 1
-    stats = sel.groupby(index)["value"].agg(["median", "min", "max"])
+    """`sel` with a column `bin`: the geometric centre of the step bin [edges_i, edges_i+1)
+    that each row's step falls in."""
     centres = np.sqrt(edges[:-1] * edges[1:])
-    stats.index = centres[stats.index]
-    return stats
+    return sel.assign(bin=centres[np.digitize(sel.step, edges) - 1])
 
 
 def plot_drift(frame: pd.DataFrame, cfg: dict[str, Any], bins: int = 40) -> plt.Figure:
@@ -422,12 +420,8 @@ def plot_drift(frame: pd.DataFrame, cfg: dict[str, Any], bins: int = 40) -> plt.
 
     def draw(ax: plt.Axes, sel: pd.DataFrame, colour: Any, label: str, linestyle: str = "-",
              band: bool = True) -> None:
-        stats = binned(sel, edges)
-        ax.plot(stats.index, stats["median"], color=colour, linestyle=linestyle, linewidth=1.2,
-                label=label)
-        if band:
-            ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15,
-                            linewidth=0)
+        line_with_band(ax, binned(sel, edges), "bin", "value", band=band, estimator="median",
+                       color=colour, linestyle=linestyle, linewidth=1.2, label=label)
 
     for ax, (metric, label, log_y) in zip(axes.flat, PANELS, strict=True):
         for window in ("safe", "late"):
