@@ -64,7 +64,6 @@ import torch
 from torch import Tensor, nn
 
 from logra.config import load_config
-from logra.experiments.plots import line_with_band
 from logra.experiments.report import ClaimRow
 from logra.optim import LoGRA
 from logra.optim import sketch as sk
@@ -397,10 +396,16 @@ PANELS = (
 
 
 def binned(sel: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame:
-    """`sel` with a column `bin`: the geometric centre of the step bin [edges_i, edges_i+1)
-    that each row's step falls in."""
+    """Median, min and max of `value` in each step bin [edges_i, edges_i+1); index: the
+    geometric centre of the bin. Empty bins are dropped.
+
+    Not seaborn's lineplot (`plots.line_with_band`): it draws no interval for a bin of one
+    step, which most early log-spaced bins are, so the band would break up there."""
+    index = np.digitize(sel.step, edges) - 1
+    stats = sel.groupby(index)["value"].agg(["median", "min", "max"])
     centres = np.sqrt(edges[:-1] * edges[1:])
-    return sel.assign(bin=centres[np.digitize(sel.step, edges) - 1])
+    stats.index = centres[stats.index]
+    return stats
 
 
 def plot_drift(frame: pd.DataFrame, cfg: dict[str, Any], bins: int = 40) -> plt.Figure:
@@ -420,8 +425,12 @@ def plot_drift(frame: pd.DataFrame, cfg: dict[str, Any], bins: int = 40) -> plt.
 
     def draw(ax: plt.Axes, sel: pd.DataFrame, colour: Any, label: str, linestyle: str = "-",
              band: bool = True) -> None:
-        line_with_band(ax, binned(sel, edges), "bin", "value", band=band, estimator="median",
-                       color=colour, linestyle=linestyle, linewidth=1.2, label=label)
+        stats = binned(sel, edges)
+        ax.plot(stats.index, stats["median"], color=colour, linestyle=linestyle, linewidth=1.2,
+                label=label)
+        if band:
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.15,
+                            linewidth=0)
 
     for ax, (metric, label, log_y) in zip(axes.flat, PANELS, strict=True):
         for window in ("safe", "late"):

@@ -21,9 +21,10 @@ def rank_axis(ax: plt.Axes, ticks: Iterable[int]) -> None:
 
 def line_with_band(ax: plt.Axes, data: pd.DataFrame, x: str, y: str, band: bool = True,
                    estimator: str = "mean", band_alpha: float = 0.15, **line: object) -> None:
-    """A line of `estimator` over the rows of `data` that share an `x` (the seeds of a step, or
-    the steps of a bin) and, if `band`, a band from their lowest to their highest `y`: seaborn's
-    `lineplot` with `errorbar=("pi", 100)`, the 0–100th percentile interval.
+    """A line of `estimator` over the rows of `data` that share an `x` (the seeds of a step)
+    and, if `band`, a band from their lowest to their highest `y`: seaborn's `lineplot` with
+    `errorbar=("pi", 100)`, the 0–100th percentile interval. An `x` with a single row has no
+    band (seaborn draws no interval for one observation).
 
     `line` goes to the line (color, label, linestyle, ...). The axes keep their labels, which
     seaborn would otherwise name after the columns."""
