@@ -409,6 +409,8 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     # same on every run (stripplot's jitter draws from numpy's global random state)
     grid.map_dataframe(sns.swarmplot, **by_method, size=4, zorder=3)
     for (model, task), ax in grid.axes_dict.items():
+        for bar in ax.patches:  # outlined in its own colour, as the dots are
+            bar.set_edgecolor(bar.get_facecolor())
         base = frame[(frame["model"] == model) & (frame["task"] == task)
                      & (frame["method"] == "base")]["accuracy"]
         if len(base):
