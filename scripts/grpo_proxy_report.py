@@ -35,9 +35,9 @@ two-sided sign test of gained vs lost (McNemar's exact test).
 from __future__ import annotations
 
 import argparse
-import math
 
 import pandas as pd
+from scipy.stats import binomtest
 
 from logra import rl
 from logra.data.grading import reward
@@ -104,11 +104,11 @@ def correct_answers(config: dict[str, object], trained: bool) -> list[bool]:
 
 
 def sign_test(gained: int, lost: int) -> float:
-    """Exact two-sided p-value of `gained` successes in gained + lost fair coin flips."""
-    n, k = gained + lost, min(gained, lost)
-    if n == 0:
-        return 1.0
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+    """Exact two-sided p-value of `gained` successes in gained + lost fair coin flips
+    (`scipy.stats.binomtest`): min(1, 2·P(X ≤ min(gained, lost))), X ~ Bin(gained + lost, ½);
+    1 when no problem flipped."""
+    flipped = gained + lost
+    return float(binomtest(gained, flipped).pvalue) if flipped else 1.0
 
 
 def flips(before: list[bool], after: list[bool]) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,17 @@ def load_script():
         return module
 
     return load
+
+
+def _read_markdown(text: str) -> list[list[str]]:
+    """The cells of a pipe-format Markdown table, header row first, the alignment row left
+    out: each line split on the "|" that are not escaped, cells stripped and "\\|" unescaped."""
+    rows = [line for line in text.strip().splitlines() if not set(line) <= set("|:- ")]
+    return [[cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+            for line in rows]
+
+
+@pytest.fixture
+def read_markdown():
+    """read_markdown(text): the rows of cells of a Markdown table (`_read_markdown`)."""
+    return _read_markdown

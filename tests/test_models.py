@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 
 import datasets
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Qwen2ForCausalLM,
+    get_cosine_with_min_lr_schedule_with_warmup,
+)
 
 from logra.cli import main
 from logra.data import load_task, to_prompts, to_sft
@@ -24,7 +30,7 @@ from logra.models import (
 )
 from logra.models.ladder import ProxyArchitecture, ScaleSpec, Warmup
 from logra.models.tokenizer import char_tokenizer
-from logra.models.warmup import warm_up
+from logra.models.warmup import warm_up, warmup_cosine
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +206,42 @@ def test_warm_up_resumes_from_its_checkpoint(tmp_path, data_dir, monkeypatch) ->
         same = all(torch.equal(a, b) for a, b in zip(straight.parameters(), fresh.parameters(),
                                                      strict=True))
         assert same == resumes, key
+
+
+def written_out(warmup_steps: int, total_steps: int, floor: float, step: int) -> float:
+    """The schedule as the shipped proxies' warm-up and notebook 10's runs wrote it by hand."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+# (W, T, ρ): the smoke, proxy-1m and proxy-4m warm-ups, notebook 10's text and SFT runs
+SCHEDULES = [(5, 20, 0.1), (50, 2000, 0.1), (50, 3000, 0.1), (30, 300, 0.1), (20, 200, 0.1),
+             (2, 6, 0.1), (7, 13, 0.25)]
+
+
+@pytest.mark.parametrize(("warmup_steps", "total_steps", "floor"), SCHEDULES)
+def test_warmup_cosine_is_the_schedule_the_proxies_were_trained_with(
+        warmup_steps, total_steps, floor) -> None:
+    factor = warmup_cosine(warmup_steps, total_steps, floor)
+    for step in range(total_steps + 1):  # bit for bit, every step a LambdaLR asks for
+        assert factor(step) == written_out(warmup_steps, total_steps, floor, step), step
+
+
+@pytest.mark.parametrize(("warmup_steps", "total_steps", "floor"), SCHEDULES)
+def test_warmup_cosine_is_transformers_schedule_with_the_warm_up_one_step_ahead(
+        warmup_steps, total_steps, floor) -> None:
+    """After the warm-up both are the same cosine to ρ; during it transformers' is t/W, ours
+    (t+1)/W: transformers' first step trains at lr 0, ours at lr/W. The proxies every GRPO
+    figure starts from were warmed up with ours, so the step stays."""
+    optimizer = torch.optim.SGD([torch.zeros(1)], lr=1.0)
+    theirs = get_cosine_with_min_lr_schedule_with_warmup(
+        optimizer, warmup_steps, total_steps, min_lr_rate=floor).lr_lambdas[0]
+    ours = warmup_cosine(warmup_steps, total_steps, floor)
+    for step in range(warmup_steps, total_steps + 1):
+        assert ours(step) == pytest.approx(theirs(step), abs=1e-12)
+    assert theirs(0) == 0.0 and ours(0) == 1 / warmup_steps
+    for step in range(warmup_steps):
+        assert theirs(step) == pytest.approx(step / warmup_steps, abs=1e-12)
+        assert ours(step) == pytest.approx(theirs(step) + 1 / warmup_steps, abs=1e-12)

@@ -255,3 +255,21 @@ def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> No
     (tmp_path / "reproduce_time_smoke.csv").unlink()
     notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None)
     assert not (tmp_path / "reproduce_time_smoke.csv").exists()
+
+
+def test_accuracy_figure_has_a_facet_per_model_and_task_with_bars_and_seed_dots() -> None:
+    """seaborn's barplot + swarmplot per facet: a bar per method at its seed mean, a dot per
+    seed, and the policy before RL dashed."""
+    frame = _frame({"base": {"gsm-synth": [30], "math-synth": [8]},
+                    "adamw": {"gsm-synth": [40, 41, 42], "math-synth": [12, 12, 12]},
+                    "lora": {"gsm-synth": [35, 35, 35], "math-synth": [10, 11, 12]},
+                    "logra": {"gsm-synth": [41, 42, 40], "math-synth": [12, 13, 14]}})
+    fig = cmp.plot_accuracy(frame, _cfg())
+    assert len(fig.axes) == 2  # 1 model × 2 tasks
+    for ax, means, base in zip(fig.axes, ([41, 35, 41], [12, 11, 13]), (30, 8), strict=True):
+        assert [bar.get_height() for bar in ax.patches] == pytest.approx(means)
+        assert sum(len(dots.get_offsets()) for dots in ax.collections) == 9  # 3 methods × 3
+        (line,) = ax.lines
+        assert line.get_linestyle() == "--" and line.get_ydata()[0] == pytest.approx(base)
+    assert [t.get_text() for t in fig.legends[0].texts] == [
+        *(grpo_runs.METHODS[m].label for m in ("adamw", "lora", "logra")), "policy before RL"]

@@ -162,6 +162,21 @@ def ramp(end: float, steps: int = 60) -> list[float]:
     return list(np.linspace(end / steps, end, steps))
 
 
+def test_trajectory_figure_draws_each_method_and_the_band_of_its_seeds() -> None:
+    """Per panel a line per method (γ: the controlled ones) and a band where there are
+    several seeds."""
+    frame = _frame({"adamw": [ramp(0.05), ramp(0.04), ramp(0.03)],
+                    "logra": [ramp(0.04)] * 3, "naive": [ramp(1.0)]})
+    kl, step_kl, gamma, reward = kt.plot_trajectories(frame, _cfg()).axes
+    for ax in (kl, reward):
+        assert len(ax.lines) == 3 and len(ax.collections) == 2  # naive ran one seed
+    assert len(step_kl.lines) == 4  # and the budget's line
+    assert len(gamma.lines) == 1 and gamma.lines[0].get_color() == grpo_runs.METHODS[
+        "logra"].color
+    assert kl.lines[0].get_ydata() == pytest.approx(
+        np.mean([ramp(0.05), ramp(0.04), ramp(0.03)], axis=0)[1:])  # from step 2
+
+
 @pytest.mark.parametrize(("naive_ends", "verdict"), [
     ([5.0, 6.0, 8.0], "reproduced"),  # every seed far above dense AdamW (0.05) and 0.1
     ([5.0, 0.03, 0.04], "partly"),
@@ -231,6 +246,15 @@ def test_calibration_fit_recovers_a_known_factor() -> None:
     assert fit["ratio"] == pytest.approx(2.7e6, rel=0.1)
     assert fit["slope"] == pytest.approx(1.0, abs=0.05) and fit["spearman"] > 0.95
     assert math.isnan(kt._fit(pd.Series([0.0, -1.0]), pd.Series([1.0, 1.0]))["ratio"])
+
+
+def test_calibration_spearman_ranks_ties_by_their_mean() -> None:
+    """Ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4), both of mean 2.5: Σdd' = 4.5, Σd² = 4.5 and
+    Σd'² = 5, so ρ = 4.5 / √(4.5·5) = √0.9; with a constant side ρ is undefined (nan)."""
+    fit = kt._fit(pd.Series([1e-6, 2e-6, 2e-6, 3e-6]), pd.Series([1e-6, 3e-6, 2e-6, 4e-6]))
+    assert fit["spearman"] == pytest.approx(math.sqrt(0.9), rel=1e-12)
+    flat = kt._fit(pd.Series([1e-6, 1e-6, 1e-6]), pd.Series([1e-6, 3e-6, 2e-6]))
+    assert math.isnan(flat["spearman"])
 
 
 @pytest.fixture

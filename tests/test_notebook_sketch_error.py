@@ -172,6 +172,18 @@ def test_c9_rule(errors: dict, verdict: str) -> None:
     assert row.claim == "C9" and row.verdict == verdict
 
 
+def test_aspect_figure_has_a_facet_per_family_and_method_and_a_line_per_rank() -> None:
+    errors = {(aspect, rank): 0.3 + 0.01 * aspect / rank for aspect in (1, 4, 16)
+              for rank in (16, 64)}
+    fig = FIGURES["sketch_error_aspect"](_aspect_frame(errors), se.config("smoke"))
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 3  # one family × (SVD, truncated, oversampled Nyström)
+    for ax, drawn in zip(axes, (True, True, False), strict=True):  # no oversampled rows here
+        lines = [line for line in ax.lines if len(line.get_xdata()) == 3]  # the ranks' lines
+        assert len(lines) == (2 if drawn else 0)
+    assert [t.get_text() for t in fig.legends[0].texts] == ["r = 16", "r = 64"]
+
+
 def test_c9_needs_ranks_on_both_sides_of_64() -> None:
     with pytest.raises(ValueError, match="both sides"):
         se.c9_claim(_aspect_frame({(1, 16): 0.5, (16, 16): 0.8}), se.config("smoke"))

@@ -34,6 +34,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
+from matplotlib.patches import Patch
 
 from logra import io
 from logra.config import load_config
@@ -390,39 +392,43 @@ def claims(frame: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
 
 
 def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Held-out pass@1 per method: bars = mean over seeds, dots = seeds, dashed = before RL."""
+    """Held-out pass@1 per method, one facet per model and eval task: bars = mean over seeds,
+    dots = seeds (seaborn's barplot and swarmplot), dashed = before RL."""
     models, tasks, methods = cfg["models"], cfg["eval_tasks"], cfg["methods"]
-    fig, axes = plt.subplots(len(models), len(tasks), figsize=(5.5 * len(tasks),
-                             3.8 * len(models)), squeeze=False)
-    for i, model in enumerate(models):
-        for j, task in enumerate(tasks):
-            ax = axes[i, j]
-            data = frame[(frame["model"] == model) & (frame["task"] == task)]
-            for k, method in enumerate(methods):
-                values = 100 * data[data["method"] == method]["accuracy"]
-                color = METHODS[method].color
-                ax.bar(k, values.mean(), color=color, alpha=0.35, edgecolor=color,
-                       label=METHODS[method].label)
-                ax.scatter(np.full(len(values), k) + np.linspace(-0.15, 0.15, len(values)),
-                           values, color=color, s=16, zorder=3)
-            base = 100 * data[data["method"] == "base"]["accuracy"]
-            if len(base):
-                ax.axhline(base.mean(), color="grey", ls="--", lw=1.2,
-                           label="policy before RL")
-            ax.set_xticks(range(len(methods)))
-            ax.set_xticklabels([METHODS[m].label for m in methods], rotation=30,
-                               ha="right", fontsize=8)
-            ax.set_ylabel("held-out greedy pass@1 (%)")
-            ax.set_title(f"{_model_name(model)}: {get_task(task).label} ({task})",
-                         fontsize=10)
-            ax.grid(alpha=0.3, axis="y")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, -0.08))
-    fig.suptitle(f"After {int(frame['steps'].max())} GRPO steps on {runs_task(cfg)} "
-                 "(bars: mean over seeds; dots: seeds)", fontsize=11)
-    fig.tight_layout()
-    return fig
+    labels = [METHODS[m].label for m in methods]
+    palette = {METHODS[m].label: METHODS[m].color for m in methods}
+    runs = frame[frame["method"].isin(methods)]
+    runs = runs.assign(label=runs["method"].map(lambda m: METHODS[m].label),
+                       percent=100 * runs["accuracy"])
+    grid = sns.FacetGrid(runs, row="model", col="task", row_order=models, col_order=tasks,
+                         height=3.8, aspect=5.5 / 3.8, sharex=False, sharey=False, despine=False)
+    by_method = dict(x="label", y="percent", hue="label", order=labels, hue_order=labels,
+                     palette=palette, legend=False)
+    grid.map_dataframe(sns.barplot, **by_method, errorbar=None, saturation=1, alpha=0.35)
+    # swarmplot, not stripplot: its dots sit side by side only where they would overlap, the
+    # same on every run (stripplot's jitter draws from numpy's global random state)
+    grid.map_dataframe(sns.swarmplot, **by_method, size=4, zorder=3)
+    for (model, task), ax in grid.axes_dict.items():
+        for bar in ax.patches:  # outlined in its own colour, as the dots are
+            bar.set_edgecolor(bar.get_facecolor())
+        base = frame[(frame["model"] == model) & (frame["task"] == task)
+                     & (frame["method"] == "base")]["accuracy"]
+        if len(base):
+            ax.axhline(100 * base.mean(), color="grey", ls="--", lw=1.2,
+                       label="policy before RL")
+        plt.setp(ax.get_xticklabels(), rotation=30, ha="right", fontsize=8)
+        ax.set(xlabel="", ylabel="held-out greedy pass@1 (%)")
+        ax.set_title(f"{_model_name(model)}: {get_task(task).label} ({task})", fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    bars = [Patch(facecolor=palette[label], edgecolor=palette[label], alpha=0.35, label=label)
+            for label in labels]
+    handles, names = grid.axes[0, 0].get_legend_handles_labels()
+    grid.figure.legend([*bars, *handles], [*labels, *names], loc="lower center", ncol=4,
+                       fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.08))
+    grid.figure.suptitle(f"After {int(frame['steps'].max())} GRPO steps on {runs_task(cfg)} "
+                         "(bars: mean over seeds; dots: seeds)", fontsize=11)
+    grid.figure.tight_layout()
+    return grid.figure
 
 
 def plot_cost(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:

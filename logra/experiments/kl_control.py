@@ -38,6 +38,7 @@ from matplotlib.ticker import NullFormatter
 from logra.config import load_config
 from logra.experiments.grpo_runs import grpo_job, prepare_inputs
 from logra.experiments.jobs import run_jobs
+from logra.experiments.plots import line_with_band
 from logra.experiments.report import ClaimRow
 from logra.rl import config as grpo
 from logra.rl import runner
@@ -491,17 +492,13 @@ def plot_runs(frame: pd.DataFrame, cfg: dict[str, Any], study: str) -> plt.Figur
         alpha = float(shades[min(rank, len(shades) - 1)]) if study == "sweep" else 1.0
         label = Run(study, method, None if math.isnan(delta) else delta, 0.0, 0).label
         style = "--" if math.isnan(delta) and METHODS[method].controllable else "-"
+        r = r.assign(kl=r["kl"].clip(lower=FLOOR))
         for ax, column in ((ax_kl, "kl"), (ax_gamma, "gamma")):
             if column == "gamma" and math.isnan(delta):
                 continue
-            table = r.pivot_table(index="step", columns="seed", values=column)
-            if column == "kl":
-                table = table.clip(lower=FLOOR)
-            ax.plot(table.index, table.mean(axis=1), color=spec.color, alpha=alpha, ls=style,
-                    lw=1.4, label=label if column == "kl" else None)
-            if table.shape[1] > 1:
-                ax.fill_between(table.index, table.min(axis=1), table.max(axis=1),
-                                color=spec.color, alpha=0.12 * alpha, lw=0)
+            line_with_band(ax, r, "step", column, band=r["seed"].nunique() > 1,
+                           band_alpha=0.12 * alpha, color=spec.color, alpha=alpha, ls=style, lw=1.4,
+                           label=label if column == "kl" else None)
     ax_kl.set_yscale("log")
     ax_kl.axhline(cfg["runaway_kl"], color="grey", ls=":", lw=1)
     ax_kl.set_ylabel("KL(π_θ ‖ π_ref) (nats/token)")
@@ -530,10 +527,8 @@ def plot_budget(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     fig, (ax_kl, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.6))
     for i, (setting, r) in enumerate(runs.groupby("setting", sort=False)):
         color = colors[i % len(colors)]
-        table = r.pivot_table(index="step", columns="seed", values="kl").clip(lower=FLOOR)
-        ax_kl.plot(table.index, table.mean(axis=1), color=color, lw=1.4, label=setting)
-        ax_kl.fill_between(table.index, table.min(axis=1), table.max(axis=1), color=color,
-                           alpha=0.15, lw=0)
+        line_with_band(ax_kl, r.assign(kl=r["kl"].clip(lower=FLOOR)), "step", "kl", color=color,
+                       lw=1.4, label=setting)
         probes = r.pivot_table(index="step", columns="seed", values="drift_kl")
         if not probes.empty:
             ax_kl.plot(probes.index, probes.max(axis=1).clip(lower=FLOOR), color=color, lw=0,

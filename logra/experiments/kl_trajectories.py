@@ -52,6 +52,7 @@ from logra.experiments.grpo_runs import (
     prepare_inputs,
 )
 from logra.experiments.jobs import run_jobs
+from logra.experiments.plots import line_with_band
 from logra.experiments.report import ClaimRow
 from logra.optim.kl import predicted_kl_jvp
 from logra.rl import config as grpo
@@ -214,8 +215,8 @@ def _fit(predicted: pd.Series, measured: pd.Series) -> dict[str, float]:
         return dict(points=0, ratio=math.nan, median_ratio=math.nan, slope=math.nan,
                     spearman=math.nan)
     slope = float(np.polyfit(p, m, 1)[0]) if n > 2 and np.ptp(p) > 0 else math.nan
-    spearman = (float(pd.Series(p).rank().corr(pd.Series(m).rank()))  # Pearson of the ranks
-                if n > 2 else math.nan)
+    spearman = (float(pd.Series(p).corr(pd.Series(m), method="spearman"))
+                if n > 2 and np.ptp(p) > 0 and np.ptp(m) > 0 else math.nan)
     return dict(points=n, ratio=float(np.exp(np.mean(m - p))),
                 median_ratio=float(np.exp(np.median(m - p))), slope=slope, spearman=spearman)
 
@@ -463,15 +464,11 @@ def _also(runs: pd.DataFrame, methods: tuple[str, ...], column: str, how: str) -
 
 def _band(ax: plt.Axes, runs: pd.DataFrame, column: str, method: str, floor: float | None
           ) -> None:
-    table = runs.pivot_table(index="step", columns="seed", values=column)
     if floor is not None:
-        table = table.clip(lower=floor)
-    spec = METHODS[method]
-    ax.plot(table.index, table.mean(axis=1), color=spec.color, lw=1.6, ls=spec.style,
-            label=f"{spec.label} ({table.shape[1]} seeds)")
-    if table.shape[1] > 1:
-        ax.fill_between(table.index, table.min(axis=1), table.max(axis=1), color=spec.color,
-                        alpha=0.18, lw=0)
+        runs = runs.assign(**{column: runs[column].clip(lower=floor)})
+    spec, seeds = METHODS[method], runs["seed"].nunique()
+    line_with_band(ax, runs, "step", column, band=seeds > 1, band_alpha=0.18, color=spec.color,
+                   lw=1.6, ls=spec.style, label=f"{spec.label} ({seeds} seeds)")
 
 
 def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:

@@ -397,7 +397,10 @@ PANELS = (
 
 def binned(sel: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame:
     """Median, min and max of `value` in each step bin [edges_i, edges_i+1); index: the
-    geometric centre of the bin. Empty bins are dropped."""
+    geometric centre of the bin. Empty bins are dropped.
+
+    Not seaborn's lineplot (`plots.line_with_band`): it draws no interval for a bin of one
+    step, which most early log-spaced bins are, so the band would break up there."""
     index = np.digitize(sel.step, edges) - 1
     stats = sel.groupby(index)["value"].agg(["median", "min", "max"])
     centres = np.sqrt(edges[:-1] * edges[1:])

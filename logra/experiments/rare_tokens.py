@@ -64,7 +64,7 @@ from torch import Tensor, nn
 
 from logra.config import load_config
 from logra.experiments import sketch_error_measures as measures
-from logra.experiments.plots import rank_axis
+from logra.experiments.plots import line_with_band, rank_axis
 from logra.experiments.report import ClaimRow
 from logra.experiments.sketch_error_plots import method_labels
 from logra.models.random import random_qwen2
@@ -424,12 +424,8 @@ LABELS = method_labels()
 
 def _band(ax: plt.Axes, sel: pd.DataFrame, x: str, rule: str, marker: bool = True) -> None:
     """Mean line with a min–max band over seeds."""
-    stats = sel.groupby(x)["value"].agg(["mean", "min", "max"]).sort_index()
     style = STYLE[rule] if marker else {**STYLE[rule], "marker": ""}
-    ax.plot(stats.index, stats["mean"], label=LABELS[rule], **style)
-    if len(sel.seed.unique()) > 1:
-        ax.fill_between(stats.index, stats["min"], stats["max"], color=style["color"], alpha=0.15,
-                        linewidth=0)
+    line_with_band(ax, sel, x, "value", band=sel.seed.nunique() > 1, label=LABELS[rule], **style)
 
 
 def plot_survival(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,13 +101,15 @@ def claims_frame(rows: list[ClaimRow]) -> pd.DataFrame:
 
 
 def to_markdown(frame: pd.DataFrame, digits: int = 4) -> str:
-    """A GitHub Markdown table (no `tabulate` dependency); floats to `digits` significant."""
+    """A GitHub Markdown table (`DataFrame.to_markdown`: tabulate's "pipe" format, no index).
+
+    Floats are written to `digits` significant digits ("nan" for NaN), every other cell as
+    `str` with "|" escaped and newlines joined, so that a cell stays one cell. tabulate's own
+    number parsing is off: a string such as "0.020" stays as written, and columns are padded
+    and left-aligned alike."""
     def cell(value: object) -> str:
         if isinstance(value, float):
-            return "nan" if math.isnan(value) else f"{value:.{digits}g}"
+            return f"{value:.{digits}g}"
         return str(value).replace("|", "\\|").replace("\n", " ")
 
-    header = "| " + " | ".join(map(str, frame.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(False)]
-    return "\n".join([header, rule, *body])
+    return frame.map(cell).to_markdown(index=False, disable_numparse=True)

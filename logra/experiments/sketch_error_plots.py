@@ -15,6 +15,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 
 from logra.experiments.plots import rank_axis
 from logra.experiments.sketch_error import QWEN_LAYERS, summarize
@@ -76,7 +77,8 @@ def plot_vs_rank(frame: pd.DataFrame, experiment: str, metric: str, methods: Ite
                  reference: tuple[float, str] | None = None) -> plt.Figure:
     """One panel per input: `metric` against sketch rank (log₂ axis), one line per method.
 
-    `reference` = (y, label) draws a labelled horizontal line on every panel.
+    `reference` = (y, label) draws a labelled horizontal line on every panel. Drawn with
+    matplotlib: seaborn's style mapping refuses to mix filled and line-art markers (o, x).
     """
     summary = summarize(frame, experiment, metric)
     inputs = list(summary.input.drop_duplicates())
@@ -138,39 +140,35 @@ def plot_aspect(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     """Relative error against aspect ratio m/n at fixed numel, one line per rank.
 
     Rows: the embedding gradient and the power-law control; columns: the SVD optimum, the
-    optimizer's truncated Nyström, and Nyström with an oversampled left sketch.
+    optimizer's truncated Nyström, and Nyström with an oversampled left sketch (seaborn's
+    relplot, one facet per row and column).
     """
-    s = summarize(frame, "aspect", "rel_error")
-    s = s.assign(aspect=s.m // s.n, family=s["input"].str.replace(r" \d+×\d+$", "", regex=True))
-    families = list(s.family.drop_duplicates())
     methods = ("svd", "nystrom_truncated", "nystrom_oversampled")
-    labels = method_labels(cfg["oversample_ratio"])
-    fig, axes = plt.subplots(len(families), len(methods), figsize=(4.3 * len(methods),
-                             3.4 * len(families)), squeeze=False, sharex=True, sharey="row")
-    ranks = sorted(s["rank"].unique())
+    s = summarize(frame, "aspect", "rel_error")
+    s = s[s.method.isin(methods)]
+    s = s.assign(aspect=s.m // s.n, value=s.value.clip(lower=FLOOR),
+                 family=s["input"].str.replace(r" \d+×\d+$", "", regex=True),
+                 **{"sketch rank": s["rank"].map(lambda r: f"r = {r}")})
+    ranks = [f"r = {r}" for r in sorted(s["rank"].unique())]
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(ranks)))
-    for row, family in zip(axes, families, strict=True):
-        for ax, method in zip(row, methods, strict=True):
-            for colour, r in zip(colours, ranks, strict=True):
-                line = s[(s.family == family) & (s.method == method) & (s["rank"] == r)]
-                line = line.sort_values("aspect")
-                ax.plot(line.aspect, line.value.clip(lower=FLOOR), marker="o", color=colour,
-                        label=f"r = {r}")
-            ax.axhline(1.0, color="0.55", linewidth=0.9, linestyle=(0, (5, 3)), zorder=0)
-            rank_axis(ax, s.aspect.unique())
-            ax.set_yscale("log")
-            ax.set_title(f"{family}: {labels[method]}", fontsize=9)
-            ax.grid(True, which="major", alpha=0.3)
-        row[0].set_ylabel("relative error ‖M−M̂‖_F / ‖M‖_F")
-    for ax in axes[-1]:
-        ax.set_xlabel("aspect ratio m/n")
-    handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False,
-               title="sketch rank")
-    fig.suptitle(f"Claim C9: error against aspect ratio at fixed size m·n = "
-                 f"{cfg['aspect_numel']:,} (dashed: error of M̂ = 0)")
-    fig.tight_layout()
-    return fig
+    labels = method_labels(cfg["oversample_ratio"])
+    grid = sns.relplot(s, kind="line", x="aspect", y="value", hue="sketch rank", hue_order=ranks,
+                       palette=dict(zip(ranks, colours, strict=True)), row="family",
+                       row_order=list(s.family.drop_duplicates()), col="method",
+                       col_order=methods, errorbar=None, marker="o", markeredgecolor="auto",
+                       height=3.4, aspect=4.3 / 3.4,
+                       facet_kws=dict(sharex=True, sharey="row", despine=False))
+    for (family, method), ax in grid.axes_dict.items():
+        ax.axhline(1.0, color="0.55", linewidth=0.9, linestyle=(0, (5, 3)), zorder=0)
+        rank_axis(ax, s.aspect.unique())
+        ax.set_yscale("log")
+        ax.set_title(f"{family}: {labels[method]}", fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+    grid.set_axis_labels("aspect ratio m/n", "relative error ‖M−M̂‖_F / ‖M‖_F")
+    grid.figure.suptitle(f"Claim C9: error against aspect ratio at fixed size m·n = "
+                         f"{cfg['aspect_numel']:,} (dashed: error of M̂ = 0)")
+    grid.tight_layout()
+    return grid.figure
 
 
 def plot_training(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:

@@ -49,6 +49,7 @@ from logra import io
 from logra.config import ConfigError, load_config
 from logra.experiments.jobs import run_jobs, worker_count
 from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
+from logra.models.warmup import warmup_cosine
 from logra.optimizers import REGISTRY, build_optimizer, measured_state_bytes, spec, wrap_model
 
 EXPERIMENT = "training_quality"
@@ -156,17 +157,6 @@ def color(cfg: dict[str, Any], method: str) -> str:
 
 # ------------------------------------------------------------------------------ one run
 
-def _schedule(cfg: dict[str, Any]):
-    warmup, steps, floor = cfg["warmup_steps"], cfg["steps"], cfg["min_lr_ratio"]
-
-    def factor(step: int) -> float:  # multiplies lr before step `step` + 1
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, steps - warmup)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return factor
-
-
 def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     """What determines a run's result (its cache key)."""
     schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
@@ -210,7 +200,8 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
                    projection_gap=projection_gap(cfg), **method)
     model = wrap_model(name, data.model(run.seed), options)
     optimizer = build_optimizer(name, model, options)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(cfg))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine(cfg["warmup_steps"], cfg["steps"], cfg["min_lr_ratio"]))
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     def evaluate(split: str) -> float:

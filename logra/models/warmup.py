@@ -9,15 +9,19 @@ steps the model, optimizer and history are written atomically, and a later call 
 
 from __future__ import annotations
 
-import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import datasets
 import torch
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    get_cosine_with_min_lr_schedule_with_warmup,
+)
 
 from logra import io
 from logra.models.evaluate import evaluate_greedy
@@ -69,12 +73,25 @@ def step_rows(config: Warmup, step: int, sizes: dict[str, int]) -> tuple[str, li
     return task, rows
 
 
-def lr_factor(config: Warmup, step: int) -> float:
-    """Linear warm-up over `lr_warmup_steps`, then cosine decay to 10 % at `max_steps`."""
-    if step < config.lr_warmup_steps:
-        return (step + 1) / config.lr_warmup_steps
-    progress = (step - config.lr_warmup_steps) / max(1, config.max_steps - config.lr_warmup_steps)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+def warmup_cosine(warmup_steps: int, total_steps: int, min_lr_rate: float
+                  ) -> Callable[[int], float]:
+    """The factor f(t) of the learning rate before step t + 1 (a `LambdaLR`'s t counts the steps
+    taken): linear warm-up over W = `warmup_steps`, then cosine decay to ρ = `min_lr_rate` at
+    T = `total_steps`:
+
+        f(t) = (t + 1) / W                                      for t < W
+        f(t) = ρ + (1 − ρ) · ½ (1 + cos(π (t − W) / (T − W)))     for W ≤ t ≤ T
+
+    This is transformers' `get_cosine_with_min_lr_schedule_with_warmup` with its warm-up one
+    step ahead: transformers' warm-up is t / W, so its first step trains at lr 0 and ours at
+    lr / W, and both reach lr at t = W. The shipped proxies were warmed up with this schedule
+    and every GRPO figure starts from them, so the shift stays (tests/test_models.py shows
+    where the two agree). transformers' factor is read off a schedule on a stand-in parameter.
+    """
+    stand_in = torch.optim.SGD([torch.zeros(1)], lr=1.0)
+    cosine = get_cosine_with_min_lr_schedule_with_warmup(
+        stand_in, warmup_steps, total_steps, min_lr_rate=min_lr_rate).lr_lambdas[0]
+    return lambda step: cosine(step + 1 if step < warmup_steps else step)
 
 
 def warm_up(
@@ -97,7 +114,8 @@ def warm_up(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(config, s))
+    schedule = torch.optim.lr_scheduler.LambdaLR(  # cosine decay to 10 % of lr
+        optimizer, warmup_cosine(config.lr_warmup_steps, config.max_steps, 0.1))
     result = WarmupResult()
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=True)
