@@ -149,3 +149,19 @@ def test_a_step_does_not_depend_on_which_matrices_share_it(foreach: bool | None)
     alone = run([[i] for i in range(len(shapes))])
     for a, b in zip(together, alone, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_the_gate_masks_as_where_does(ok: bool) -> None:
+    """`StepGate.values` and `mask_` (multiply by keep, zero NaN and ∞) give exactly
+    `torch.where(ok, x, 0)` on the finite x of a kept step, and zeros on a skipped one whatever
+    x holds (NaN, ±∞, values whose square overflows)."""
+    gate = StepGate(torch.tensor(ok))
+    x = torch.randn(64, 33, generator=torch.Generator().manual_seed(3))
+    if not ok:
+        x[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 3e30])
+    expected = torch.where(gate.ok, x, 0.0)
+    assert torch.equal(gate.values(x), expected)
+    masked = x.clone()
+    assert gate.mask_(masked) is masked
+    assert torch.equal(masked, expected)

@@ -80,10 +80,11 @@ class StackedUpdate:
         for p, d in zip(self.params, self.delta.unbind(0), strict=True):
             as_matrix(p.grad).copy_(d)
 
-    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
-        """W ← W + γΔ; nothing where the boolean scalar `skip` is true (Δ may hold NaN then)."""
-        if skip is not None:
-            self.delta.masked_fill_(skip, 0.0)
+    def apply(self, gamma: float, gate: StepGate | None = None) -> None:
+        """W ← W + γΔ; with a `gate`, nothing on a skipped step (Δ may hold NaN then) and no
+        NaN or ∞ of Δ (`StepGate.mask_`)."""
+        if gate is not None:
+            gate.mask_(self.delta)
         for p, d in zip(self.params, self.delta.unbind(0), strict=True):
             as_matrix(p).add_(d.to(p.dtype), alpha=gamma)
 
@@ -168,11 +169,11 @@ class ForeachDenseUpdate:
         for g, d in zip(self.grads, self.delta, strict=True):
             g.copy_(d)
 
-    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
-        """W ← W + γΔ; nothing where the boolean scalar `skip` is true (Δ is finite here: the
-        gated moments are, so a 0/1 factor masks it)."""
-        if skip is not None:
-            torch._foreach_mul_(self.delta, skip.logical_not().to(torch.float32))
+    def apply(self, gamma: float, gate: StepGate | None = None) -> None:
+        """W ← W + γΔ; with a `gate`, nothing on a skipped step (Δ is finite here: the gated
+        moments are, so the 0/1 factor `keep` masks it)."""
+        if gate is not None:
+            torch._foreach_mul_(self.delta, gate.keep)
         if all(p.dtype == torch.float32 for p in self.params):
             torch._foreach_add_(self.params, self.delta, alpha=gamma)
         else:

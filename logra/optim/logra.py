@@ -362,7 +362,7 @@ class LoGRA(Optimizer):
         self.projection_bank.end_step()
         if threshold is None:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
-                update.apply(1.0, gate.skip)
+                update.apply(1.0, gate)
             self._control.steps += 1
             self._report.uncontrolled(gate, self.kl_fit.scale)
             return loss

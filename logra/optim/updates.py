@@ -29,11 +29,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from logra.optim.sketch import row_blocks
+
+if TYPE_CHECKING:  # gate imports this module
+    from logra.optim.gate import StepGate
 
 
 def as_matrix(t: Tensor) -> Tensor:
@@ -126,13 +130,14 @@ class Update:
         for rows in self.blocks():
             out[rows].copy_(self.delta(rows))
 
-    def apply(self, gamma: float, skip: Tensor | None = None) -> None:
-        """W ← W + γΔ, a block at a time; nothing where the boolean scalar `skip` (on the
-        device, not read on the host) is true, whatever Δ holds then."""
+    def apply(self, gamma: float, gate: StepGate | None = None) -> None:
+        """W ← W + γΔ, a block at a time; with a `gate` (its flag on the device, not read on
+        the host), nothing on a skipped step whatever Δ holds then, and no NaN or ∞ of Δ
+        (`StepGate.mask_`)."""
         for rows in self.blocks():
             d = self.delta(rows)
-            if skip is not None:
-                d.masked_fill_(skip, 0.0)
+            if gate is not None:
+                gate.mask_(d)
             self.weight[rows].add_(d.to(self.weight.dtype), alpha=gamma)
 
 
