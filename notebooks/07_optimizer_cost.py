@@ -18,7 +18,8 @@
 #
 # Step time and persistent state of LoGRA (r = 8…64) beside `torch.optim.AdamW` (foreach and
 # fused), Adafactor, GaLore and APOLLO (where installed) and the naive random projection, on a
-# 4096×4096 matrix, a 2048×8192 matrix, a Qwen2.5-1.5B decoder layer and a proxy policy.
+# 4096×4096 matrix, a 2048×8192 matrix, a Qwen2.5-1.5B decoder layer and two proxy policies
+# (proxy-16m, and proxy-1m: many 128-wide matrices, where launches and Python dominate).
 # Optimizers step in interleaved rounds on the same machine at the same time; the table reports
 # each median as a ratio to AdamW(foreach) from the same rounds. Absolute times on this shared
 # 2-core CPU are noisy; the ratios are what to read. GaLore's SVD is amortized over its
