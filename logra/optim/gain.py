@@ -82,10 +82,12 @@ def family_factors(
     beta1, beta2 = group["betas"]
     if group["maximize"]:
         for member in members:
-            member.L.neg_(), member.R.neg_()
+            member.L.neg_()
+            member.R.neg_()
     left = [x for member in members for x in member.left()]
     right = [x for member in members for x in member.right()]
-    gated = [gate.values(s) for side in ("L", "R") for s in (getattr(m, side) for m in members)]
+    gated = ([gate.values(member.L) for member in members]
+             + [gate.values(member.R) for member in members])  # in the order of m_L + m_R
     values = [x for stack in gated for x in (stack.unbind(0) if stack.dim() == 3 else [stack])]
     m_L, v_L, m_R, v_R = (list(side) for side in zip(
         *(moments for member in members for moments in member.moments), strict=True))
@@ -98,13 +100,12 @@ def family_factors(
     col_gain, col_weight = _column_side(members, left, m_L, v_L, **directions)
 
     factors, row = [], 0
-    for member, *member_factors in zip(members, row_weight, col_gain, col_weight, strict=True):
+    for member, weight, gain, kappa in zip(members, row_weight, col_gain, col_weight,
+                                           strict=True):
         shape = member.R.shape[:-1]  # (m,) or (B, m)
-        rows = slice(row, row + shape.numel())
-        factors.append(GainFactors(row_factor=row_factor[rows].view(shape),
-                                   **dict(zip(("row_weight", "col_gain", "col_weight"),
-                                              member_factors, strict=True))))
-        row = rows.stop
+        factors.append(GainFactors(row_factor=row_factor[row:row + shape.numel()].view(shape),
+                                   row_weight=weight, col_gain=gain, col_weight=kappa))
+        row += shape.numel()
     return factors
 
 
