@@ -85,8 +85,12 @@ class StackedUpdate:
         NaN or ∞ of Δ (`StepGate.mask_`)."""
         if gate is not None:
             gate.mask_(self.delta)
-        for p, d in zip(self.params, self.delta.unbind(0), strict=True):
-            as_matrix(p).add_(d.to(p.dtype), alpha=gamma)
+        weights, deltas = [as_matrix(p) for p in self.params], list(self.delta.unbind(0))
+        if all(p.dtype == torch.float32 for p in self.params):
+            torch._foreach_add_(weights, deltas, alpha=gamma)
+        else:  # Δ rounded to the parameters' dtype first, as the loop path does
+            for w, d in zip(weights, deltas, strict=True):
+                w.add_(d.to(w.dtype), alpha=gamma)
 
 
 def gain_update(
