@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ examples:
                                                        results/smoke/figures
   logra-repro reproduce --only 02_memory               one notebook at the default scale
   logra-repro reproduce --scale 1.5b --only 03_kl_trajectories   a GPU scale, its notebooks only
+  logra-repro reproduce --pin avx2 --only 01_sketch_error   CPU floating point pinned (below)
   logra-repro prepare --scale proxy-1m                 warm up a proxy policy (cached)
   logra-repro run grpo --scale smoke optimizer=logra   one GRPO run of the packaged config
   logra-repro run my_grpo.yaml --results-dir /data/logra lr=3e-4   any copy of that config
@@ -55,11 +58,42 @@ def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
     return 2
 
 
+PIN_MARK = "LOGRA_PIN"  # set in the environment of a reproduction started under --pin
+
+
+def _pinned_rerun(pin: str, argv: list[str]) -> int | None:
+    """Under `--pin`: run this command again in a fresh process whose environment holds the
+    pin's variables (`logra.models.determinism`: they must be set before torch loads, which this
+    process has done) and return its exit status; None when this process is that one."""
+    from logra.models.determinism import pinned_environment
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    pinned = {**pinned_environment(pin, threads=cpus or 1), PIN_MARK: pin}
+    if os.environ.get(PIN_MARK) == pin:
+        unset = [key for key, value in pinned.items()
+                 if key not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+                 and os.environ.get(key) != value]
+        if unset:
+            print(f"error: {PIN_MARK}={pin} but {', '.join(unset)} differ from the pin's",
+                  file=sys.stderr)
+            return 1
+        return None
+    sys.stdout.flush()
+    return subprocess.run([sys.executable, "-m", "logra.cli", *argv],
+                          env={**os.environ, **pinned}, check=False).returncode
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     try:
         notebooks.check_scale(args.scale, notebooks.ordered(args.only))
     except ValueError as err:
         return usage_error(args.parser, str(err))
+    if args.pin is not None:
+        code = _pinned_rerun(args.pin, args.argv)
+        if code is not None:
+            return code
+        print(f"CPU floating point pinned ({args.pin}): "
+              + ", ".join(f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")))
     if args.check and (args.scale != "default" or args.figures_dir is not None):
         return usage_error(args.parser, "--check compares with the committed figures/, which "
                                         "only --scale default (into figures/) regenerates")
@@ -165,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="then compare the regenerated tables with git HEAD's figures/ within "
                           "figures/tolerances.yaml (python -m logra.check); exit 1 when one "
                           "moved outside its tolerance")
+    rep.add_argument("--pin", choices=["avx2", "strict"],
+                     help="pin torch's CPU floating point (instruction set, MKL path, threads) so "
+                          "that x86 machines give bit-identical runs: avx2 for any CPU since "
+                          "~2015, strict for older ones, about 2x slower; the committed figures "
+                          "were made without a pin (README: What reproduces where)")
     rep.set_defaults(func=_reproduce, parser=rep)
 
     pre = commands.add_parser("prepare", help="build a proxy policy (cached) or check a hub scale")
@@ -191,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         return args.func(args)
     except ModuleNotFoundError as err:

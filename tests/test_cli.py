@@ -16,6 +16,7 @@ import yaml
 
 import logra
 from logra import cli, notebooks, paths
+from logra.models.determinism import pinned_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -220,3 +221,40 @@ def test_a_smoke_reproduction_leaves_a_clone_as_it_was(tmp_path) -> None:
     ledger = pd.read_csv(clone / "results" / "smoke" / "figures" / "claims.csv")
     assert set(ledger["claim"]) == {f"C{i}" for i in range(1, 13)}
 
+
+
+def test_pin_reruns_the_command_in_a_process_under_the_pinned_environment(monkeypatch,
+                                                                         no_compute) -> None:
+    """The pin's variables must be set before torch loads, so --pin runs the command again in
+    a fresh process with them, and exits with that process's status."""
+    monkeypatch.delenv(cli.PIN_MARK, raising=False)
+    calls = []
+
+    def run(command, env, check):
+        calls.append((command, env))
+        return subprocess.CompletedProcess(command, 3)
+
+    monkeypatch.setattr(cli.subprocess, "run", run)
+    argv = ["reproduce", "--pin", "avx2", "--scale", "smoke", "--only", "02_memory"]
+    assert cli.main(argv) == 3
+    [(command, env)] = calls
+    assert command == [sys.executable, "-m", "logra.cli", *argv]
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["MKL_CBWR"] == "AVX2,STRICT"
+    assert env[cli.PIN_MARK] == "avx2"
+
+
+def test_under_its_pin_the_command_reproduces_in_process(monkeypatch, executed, tmp_path,
+                                                         capsys) -> None:
+    for key, value in {**pinned_environment("strict"), cli.PIN_MARK: "strict"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(cli.subprocess, "run", lambda *a, **kw: pytest.fail("ran again"))
+    assert cli.main(["reproduce", "--pin", "strict", "--scale", "smoke", "--only", "02_memory",
+                     "--results-dir", str(tmp_path)]) == 0
+    assert [name for name, *_ in executed] == ["02_memory"]
+    assert "CPU floating point pinned (strict): ATEN_CPU_CAPABILITY=default" in \
+        capsys.readouterr().out
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")  # the mark without the pin: refused
+    assert cli.main(["reproduce", "--pin", "strict", "--scale", "smoke", "--only", "02_memory",
+                     "--results-dir", str(tmp_path)]) == 1
+    assert "ATEN_CPU_CAPABILITY differ from the pin's" in capsys.readouterr().err
+    assert len(executed) == 1
