@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from logra.optim.gate import StepGate
-from logra.optim.sketch import Reduce, identity, norms, sqrt_ratio
+from logra.optim.sketch import Reduce, column_gains, identity, row_gains
 
 
 @dataclass(kw_only=True)
@@ -126,7 +126,7 @@ def _row_side(
     """
     R, m, v_hat = (torch.cat(side) for side in (right, m_R, v_R))
     u = _direction(m, v_hat, **directions)
-    row_gain = sqrt_ratio(norms(u, 1), norms(R, 1))
+    row_gain = row_gains(R, u)
     energy = v_hat.sum(dim=-1)
     rhos, row = [], 0
     for member in members:  # ρ = (n/r) Σ_k v̂_R[:,k]
@@ -159,7 +159,7 @@ def _column_side(
     for width, indices in by_width.items():
         L, m, v_hat = (torch.stack([side[i] for i in indices]) for side in (left, m_L, v_L))
         u = _direction(m, v_hat, **directions)
-        gains[width] = sqrt_ratio(norms(u, 1), norms(L, 1))
+        gains[width] = column_gains(L, u)
         energies[width] = v_hat.sum(dim=-2)
     col_gain, col_weight, matrix = [], [], 0
     for member in members:  # a stack's matrices are consecutive in their width's stack

@@ -159,9 +159,17 @@ def gain_factors(L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor) -> tuple[Tensor
     rescales each column and row of the current gradient. Both are ≥ 0, so D is always a descent
     direction (⟨D, G⟩ ≥ 0). Shapes: L and u_L k×n, R and u_R m×r.
     """
-    col_gain = sqrt_ratio(norms(u_L, 0), norms(L, 0))
-    row_gain = sqrt_ratio(norms(u_R, 1), norms(R, 1))
-    return row_gain, col_gain
+    return row_gains(R, u_R), column_gains(L, u_L)
+
+
+def row_gains(R: Tensor, u_R: Tensor) -> Tensor:
+    """√s_i = √(‖u_R[i,:]‖ / ‖R[i,:]‖) of every row of R, u_R (…×r: m×r, or rows concatenated)."""
+    return sqrt_ratio(norms(u_R, -1), norms(R, -1))
+
+
+def column_gains(L: Tensor, u_L: Tensor) -> Tensor:
+    """√c_j = √(‖u_L[:,j]‖ / ‖L[:,j]‖) of every column of L, u_L (…×k×n: k×n, or stacked)."""
+    return sqrt_ratio(norms(u_L, -2), norms(L, -2))
 
 
 def channel_gains(
