@@ -65,10 +65,10 @@ def _pinned_rerun(pin: str, argv: list[str]) -> int | None:
     """Under `--pin`: run this command again in a fresh process whose environment holds the
     pin's variables (`logra.models.determinism`: they must be set before torch loads, which this
     process has done) and return its exit status; None when this process is that one."""
+    from logra.experiments.jobs import available_cpus
     from logra.models.determinism import pinned_environment
 
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    pinned = {**pinned_environment(pin, threads=cpus or 1), PIN_MARK: pin}
+    pinned = {**pinned_environment(pin, threads=available_cpus()), PIN_MARK: pin}
     if os.environ.get(PIN_MARK) == pin:
         unset = [key for key, value in pinned.items()
                  if key not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
