@@ -44,15 +44,13 @@ class StepGate:
         object.__setattr__(self, "keep", self.ok.to(torch.float32))
 
     def values(self, x: Tensor) -> Tensor:
-        """x where the step is kept, zeros where it is skipped (a new tensor)."""
-        return self.mask_(x * self.keep, scaled=True)
+        """x where the step is kept, zeros where it is skipped (a new tensor; see `mask_`)."""
+        return (x * self.keep).nan_to_num_(0.0, 0.0, 0.0)
 
-    def mask_(self, x: Tensor, scaled: bool = False) -> Tensor:
+    def mask_(self, x: Tensor) -> Tensor:
         """x, in place: unchanged where the step is kept (x finite then, or its NaN and ∞ zeroed),
-        all zeros where it is skipped, whatever x holds. `scaled`: x is already x·keep."""
-        if not scaled:
-            x.mul_(self.keep)
-        return x.nan_to_num_(0.0, 0.0, 0.0)
+        all zeros where it is skipped, whatever x holds."""
+        return x.mul_(self.keep).nan_to_num_(0.0, 0.0, 0.0)
 
     def first_weight(self, beta1: float) -> Tensor:
         """The lerp weight of the first moment: 1−β₁, or 0 on a skipped step (fp32, 0-d)."""
