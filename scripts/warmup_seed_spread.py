@@ -5,8 +5,9 @@ the others take about 10 minutes each on two cores), then notebook 04's C7 compa
 (dense AdamW and LoGRA, 3 GRPO seeds, 100 steps, default scale: about 15 minutes per warm-up
 seed). Writes figures/warmup_seed_spread.{csv,md}: per warm-up seed, the warm-up's stop step and
 test accuracy, the policy before RL, AdamW's and LoGRA's mean pass@1 on gsm-synth and
-math-synth, and C7's verdict by its own rule (`comparison.c7_claim`); and a last row with the
-range over warm-up seeds of every number.
+math-synth, C7's two parts (LoGRA's difference to AdamW per task and whether it is inside the
+rule's margin; whether dense AdamW improved on the policy before RL) and its verdict by its own
+rule (`comparison.c7_claim`); then the mean and the range over warm-up seeds of every number.
 
     .venv/bin/python scripts/warmup_seed_spread.py --seeds 0 1 2 3   # ~1.5 h on two cores
 """
@@ -40,14 +41,39 @@ def row(seed: int, scale: str = "proxy-1m", experiment_scale: str = "default",
     cfg = comparison.config(experiment_scale, models=[str(model)], methods=["adamw", "logra"],
                             results_dir=str(results_dir))
     frame = comparison.run(cfg)
-    summary = comparison.accuracy_summary(frame).set_index(["model", "method", "task"])
+    return summarise(seed, warmup, comparison.c7_pairs(frame, cfg),
+                     comparison.c7_claim(frame, cfg).verdict)
+
+
+def summarise(seed: int, warmup: dict, pairs: pd.DataFrame, verdict: str) -> dict:
+    """One warm-up seed's row: its warm-up (`warmup.json`), C7's pairs (`comparison.c7_pairs`,
+    one model) and verdict, split into C7's two parts: LoGRA's difference to AdamW on each
+    task with "matches" (k/n tasks), and whether dense AdamW learned anything over the policy
+    before RL (without which "reproduced" is capped at "partly")."""
     values = {"warm-up seed": seed, "warm-up steps": warmup["warmup_steps"],
               "warm-up test gsm-synth, %": 100 * warmup["test_accuracy"]["gsm-synth"]}
-    for task in cfg["eval_tasks"]:
+    for pair in pairs.itertuples():
         for method in ("base", "adamw", "logra"):
-            values[f"{method} {task}, %"] = summary.loc[(str(model), method, task), "mean"]
-    values["C7 verdict"] = comparison.c7_claim(frame, cfg).verdict
+            values[f"{method} {pair.task}, %"] = getattr(pair, method)
+    for pair in pairs.itertuples():
+        values[f"LoGRA − AdamW {pair.task}, pts"] = pair.difference
+    values["LoGRA matches AdamW"] = f"{int(pairs['matches'].sum())}/{len(pairs)}"
+    values["AdamW above base"] = "yes" if pairs["adamw_learned"].any() else "no"
+    values["C7 verdict"] = verdict
     return values
+
+
+def spread_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The per-seed rows, then the mean and the range (max − min) of every number over the
+    warm-up seeds, and for each verdict-like column "same" or "differs"."""
+    words = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    numbers = frame.drop(columns=["warm-up seed", *words])
+    agree = {c: "same" if frame[c].nunique() == 1 else "differs" for c in words}
+    mean = {"warm-up seed": "mean", **numbers.mean().round(1).to_dict(), **dict.fromkeys(words, "")}
+    spread = {"warm-up seed": "range", **(numbers.max() - numbers.min()).round(1).to_dict(),
+              **agree}
+    return pd.concat([frame.round(1).astype(object), pd.DataFrame([mean, spread])],
+                     ignore_index=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,12 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--scale", default="proxy-1m")
     args = parser.parse_args(argv)
-    frame = pd.DataFrame([row(seed, args.scale) for seed in args.seeds])
-    numbers = frame.drop(columns=["warm-up seed", "C7 verdict"])
-    spread = {"warm-up seed": "range", **(numbers.max() - numbers.min()).round(1).to_dict(),
-              "C7 verdict": "same" if frame["C7 verdict"].nunique() == 1 else "differs"}
-    frame = pd.concat([frame.round(1).astype(object), pd.DataFrame([spread])],
-                      ignore_index=True)
+    frame = spread_rows(pd.DataFrame([row(seed, args.scale) for seed in args.seeds]))
     report.save_table(frame, "warmup_seed_spread")
     print(report.to_markdown(frame))
 

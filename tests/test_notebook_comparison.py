@@ -153,6 +153,21 @@ def test_c7_rule(logra, verdict) -> None:
     assert "proxy analogue" in row.reproduced
 
 
+def test_c7_pairs_give_each_part_of_the_rule() -> None:
+    frame = _frame({"base": {"gsm-synth": [30], "math-synth": [12]},
+                    "adamw": {"gsm-synth": [40, 41, 42], "math-synth": [12, 12, 12]},
+                    "lora": {"gsm-synth": [35, 35, 35], "math-synth": [10, 10, 10]},
+                    "logra": {"gsm-synth": [39, 40, 41], "math-synth": [5, 6, 7]}})
+    pairs = cmp.c7_pairs(frame, _cfg()).set_index("task")
+    gsm, math_ = pairs.loc["gsm-synth"], pairs.loc["math-synth"]
+    assert (gsm.base, gsm.adamw, gsm.logra) == pytest.approx((30, 41, 40))
+    assert gsm.difference == pytest.approx(-1) and gsm.margin == pytest.approx(2)  # c7_margin
+    assert gsm.matches and gsm.adamw_learned  # 1 below, inside 2; AdamW 11 above base
+    assert math_.difference == pytest.approx(-6) and not math_.matches
+    assert not math_.adamw_learned  # AdamW 12 = base
+    assert cmp.c7_claim(frame, _cfg()).verdict == "partly"
+
+
 def test_c7_matching_a_dense_run_that_learned_nothing_is_only_partly() -> None:
     frame = _frame({"base": {"gsm-synth": [40], "math-synth": [12]},
                     "adamw": {"gsm-synth": [40, 41, 40], "math-synth": [12, 12, 12]},

@@ -286,39 +286,45 @@ def _base_note(summary: pd.DataFrame, cfg: dict[str, Any]) -> str:
     return "; before RL: " + "; ".join(notes) if notes else ""
 
 
-def _adamw_learned(summary: pd.DataFrame, cfg: dict[str, Any]) -> bool:
-    """Whether dense AdamW's RL beat the policy before RL by more than c7_margin anywhere."""
-    return any(summary.loc[(model, "adamw", task), "mean"]
-               - summary.loc[(model, "base", task), "mean"] > cfg["c7_margin"]
-               for model in cfg["models"] for task in cfg["eval_tasks"]
-               if (model, "base", task) in summary.index)
-
-
-def c7_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
-    """C7 by rule, on the models run. For every (model, eval task): LoGRA "matches or exceeds"
-    dense AdamW when mean(LoGRA) − mean(AdamW) ≥ −max(c7_margin, 2·SE), SE from the seeds'
-    spread. Every pair: reproduced; some: partly; none: not reproduced. Matching a dense run
-    that learned nothing says nothing, so when dense AdamW beats the policy before RL by more
-    than c7_margin on no pair, "reproduced" is capped at "partly"."""
+def c7_pairs(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """C7's comparison on every (model, eval task) run: one row each with the mean pass@1 (%)
+    of the policy before RL ("base", NaN when not evaluated), dense AdamW and LoGRA, LoGRA's
+    difference to AdamW and its margin max(c7_margin, 2·SE) in points, whether LoGRA "matches
+    or exceeds" (difference ≥ −margin), and whether dense AdamW beat the policy before RL by
+    more than c7_margin ("adamw_learned")."""
     summary = accuracy_summary(frame).set_index(["model", "method", "task"])
-    parts, ok = [], 0
+    rows = []
     for model in cfg["models"]:
         for task in cfg["eval_tasks"]:
             diff, margin = _difference(summary, model, task, "logra", "adamw", cfg["c7_margin"])
-            ok += int(diff >= -margin)
-            parts.append(f"{_model_name(model)} {task}: LoGRA "
-                         f"{summary.loc[(model, 'logra', task), 'mean']:.1f} vs AdamW "
-                         f"{summary.loc[(model, 'adamw', task), 'mean']:.1f} % "
-                         f"(Δ {diff:+.1f}, margin {margin:.1f})")
-    n = len(cfg["models"]) * len(cfg["eval_tasks"])
+            adamw = summary.loc[(model, "adamw", task), "mean"]
+            base = (summary.loc[(model, "base", task), "mean"]
+                    if (model, "base", task) in summary.index else math.nan)
+            rows.append({"model": model, "task": task, "base": base, "adamw": adamw,
+                         "logra": summary.loc[(model, "logra", task), "mean"],
+                         "difference": diff, "margin": margin, "matches": diff >= -margin,
+                         "adamw_learned": adamw - base > cfg["c7_margin"]})
+    return pd.DataFrame(rows)
+
+
+def c7_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+    """C7 by rule, on the models run (`c7_pairs`). For every (model, eval task): LoGRA "matches
+    or exceeds" dense AdamW when mean(LoGRA) − mean(AdamW) ≥ −max(c7_margin, 2·SE), SE from the
+    seeds' spread. Every pair: reproduced; some: partly; none: not reproduced. Matching a dense
+    run that learned nothing says nothing, so when dense AdamW beats the policy before RL by
+    more than c7_margin on no pair, "reproduced" is capped at "partly"."""
+    pairs = c7_pairs(frame, cfg)
+    parts = [f"{_model_name(p.model)} {p.task}: LoGRA {p.logra:.1f} vs AdamW {p.adamw:.1f} % "
+             f"(Δ {p.difference:+.1f}, margin {p.margin:.1f})" for p in pairs.itertuples()]
+    ok, n = int(pairs["matches"].sum()), len(pairs)
     verdict = "reproduced" if ok == n else "partly" if ok else "not reproduced"
     text = "; ".join(parts) + f"; matches or exceeds in {ok}/{n}"
-    if verdict == "reproduced" and not _adamw_learned(summary, cfg):
+    if verdict == "reproduced" and not pairs["adamw_learned"].any():
         verdict = "partly"
         text += "; capped at partly: dense AdamW did not improve on the policy before RL"
     if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg["models"]):
         text += " (proxy analogue of the claim)"
-    text += _base_note(summary, cfg)
+    text += _base_note(accuracy_summary(frame).set_index(["model", "method", "task"]), cfg)
     return ClaimRow("C7", C7_REPORTED, text, _scale_text(frame, cfg), verdict)
 
 
