@@ -10,9 +10,12 @@ the fresh file of the same name, by the rule the tolerance file gives its column
 * `report`: changes are listed and never fail (prose with numbers in it, wall times).
 
 The tolerance file (YAML) maps file-name patterns to a rule for the whole file or to
-`{default: RULE, columns: {column pattern: RULE}}`; the first pattern that matches a file
-applies, column patterns are `fnmatch` patterns too, first match wins. A file no pattern covers
-is compared exactly, and the report says so.
+`{default: RULE, columns: {column pattern: RULE}, key: [COLUMN, ...]}`; the first pattern that
+matches a file applies, column patterns are `fnmatch` patterns too, first match wins. A file no
+pattern covers is compared exactly, and the report says so. Rows are compared in order, or, with
+a `key`, matched by their key columns: then a fresh row whose key the committed table lacks is
+listed and does not fail (a learning-rate sweep that extends its grid past an optimum that moved
+to the edge), while a committed row missing from the fresh table fails.
 
     python -m logra.check                       # figures/ against the figures of git HEAD
     python -m logra.check FRESH --committed DIR --tolerances figures/tolerances.yaml
@@ -74,10 +77,12 @@ def parse_rule(value: object, where: str) -> Rule:
 
 @dataclass(frozen=True)
 class FileRules:
-    """The rules of one file pattern: a default and column-pattern overrides, in order."""
+    """The rules of one file pattern: a default, column-pattern overrides in order, and the
+    columns that identify a row (none: rows are matched by position)."""
 
     default: Rule
     columns: tuple[tuple[str, Rule], ...] = ()
+    key: tuple[str, ...] = ()
 
     def rule(self, column: str) -> Rule:
         for pattern, rule in self.columns:
@@ -94,13 +99,17 @@ def load_tolerances(path: str | Path = TOLERANCES) -> dict[str, FileRules]:
     rules: dict[str, FileRules] = {}
     for pattern, spec in raw["files"].items():
         where = f"{path}: {pattern}"
-        if isinstance(spec, dict) and ("columns" in spec or "default" in spec):
-            unknown = set(spec) - {"default", "columns"}
+        if isinstance(spec, dict) and set(spec) & {"columns", "default", "key"}:
+            unknown = set(spec) - {"default", "columns", "key"}
             if unknown:
                 raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+            key = spec.get("key") or []
+            if not isinstance(key, list) or not all(isinstance(k, str) for k in key):
+                raise ValueError(f"{where}: key must be a list of column names, got {key!r}")
             columns = tuple((str(col), parse_rule(rule, f"{where}: {col}"))
                             for col, rule in (spec.get("columns") or {}).items())
-            rules[pattern] = FileRules(parse_rule(spec.get("default", "exact"), where), columns)
+            rules[pattern] = FileRules(parse_rule(spec.get("default", "exact"), where), columns,
+                                       tuple(key))
         else:
             rules[pattern] = FileRules(parse_rule(spec, where))
     return rules
@@ -143,6 +152,7 @@ class FigureCheck:
     identical: list[str] = field(default_factory=list)
     changes: list[ColumnChange] = field(default_factory=list)
     broken: list[str] = field(default_factory=list)  # changed shape or columns: no comparison
+    added_rows: list[str] = field(default_factory=list)  # keyed rows only the fresh table has
     not_regenerated: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
     unruled: list[str] = field(default_factory=list)  # compared exactly, no rule in the file
@@ -165,6 +175,7 @@ class FigureCheck:
         for title, items in (
             ("OUTSIDE TOLERANCE", [c.format() for c in self.outside] + self.broken),
             ("moved within tolerance", [c.format() for c in within]),
+            ("rows only in the fresh tables (matched by key)", self.added_rows),
             ("not regenerated (committed only)", self.not_regenerated),
             ("new (no committed copy)", self.new),
             ("no rule in the tolerance file (compared exactly)", self.unruled),
@@ -209,13 +220,41 @@ def compare_cell(committed: str, fresh: str, rule: Rule) -> tuple[bool, float, f
     return within, worst, worst_rel
 
 
+def match_rows(name: str, committed: pd.DataFrame, fresh: pd.DataFrame, key: tuple[str, ...]
+               ) -> tuple[pd.DataFrame, list[str]] | str:
+    """The fresh rows in the committed table's order of `key`, and the keys of fresh rows the
+    committed table lacks; or why they cannot be matched (a key column missing or repeated, a
+    committed row missing from the fresh table)."""
+    missing = [k for k in key if k not in committed.columns]
+    if missing:
+        return f"{name}: key columns {missing} not in the table"
+    old_keys, new_keys = (list(zip(*(t[k] for k in key), strict=True))
+                          for t in (committed, fresh))
+    if len(set(old_keys)) != len(old_keys) or len(set(new_keys)) != len(new_keys):
+        return f"{name}: the key {list(key)} repeats within a table"
+    position = {k: i for i, k in enumerate(new_keys)}
+    gone = [k for k in old_keys if k not in position]
+    if gone:
+        return f"{name}: committed rows missing from the fresh table: {gone}"
+    committed_keys = set(old_keys)
+    added = [f"{name}: {k}" for k in new_keys if k not in committed_keys]
+    return fresh.iloc[[position[k] for k in old_keys]].reset_index(drop=True), added
+
+
 def compare_table(name: str, committed: pd.DataFrame, fresh: pd.DataFrame,
-                  rules: FileRules) -> list[ColumnChange] | str:
-    """The changed columns of one table, or why it cannot be compared (shape, columns)."""
+                  rules: FileRules) -> tuple[list[ColumnChange], list[str]] | str:
+    """The changed columns of one table and the keyed rows only the fresh one has, or why the
+    tables cannot be compared (shape, columns)."""
     if list(committed.columns) != list(fresh.columns):
         gone = [c for c in committed.columns if c not in fresh.columns]
         added = [c for c in fresh.columns if c not in committed.columns]
         return f"{name}: columns changed (gone {gone}, new {added})"
+    added_rows: list[str] = []
+    if rules.key:
+        matched = match_rows(name, committed, fresh, rules.key)
+        if isinstance(matched, str):
+            return matched
+        fresh, added_rows = matched
     if len(committed) != len(fresh):
         return f"{name}: {len(committed)} rows committed, {len(fresh)} fresh"
     changes = []
@@ -234,7 +273,7 @@ def compare_table(name: str, committed: pd.DataFrame, fresh: pd.DataFrame,
                 change.max_abs, change.max_rel = move, rel
         if change.cells:
             changes.append(change)
-    return changes
+    return changes, added_rows
 
 
 def check_figures(
@@ -265,9 +304,11 @@ def check_figures(
         result = compare_table(name, committed, fresh, rules)
         if isinstance(result, str):
             report.broken.append(result)
-        elif result:
-            report.changes += result
-        else:
+            continue
+        changes, added_rows = result
+        report.changes += changes
+        report.added_rows += added_rows
+        if not changes and not added_rows:
             report.identical.append(name)
     return report
 

@@ -241,6 +241,42 @@ def test_shape_changes_missing_new_and_unruled_files_are_reported(tmp_path) -> N
     assert [(c.file, c.outside) for c in report.changes] == [("other.csv", 1)]
 
 
+def test_keyed_rows_are_matched_by_key_and_an_extended_grid_is_listed(tmp_path) -> None:
+    sweep = {"optimizer": ["AdamW", "AdamW", "APOLLO", "APOLLO"], "lr": [0.001, 0.003, 0.01, 0.03],
+             "loss": [2.10, 2.20, 2.04, 2.05], "chosen": [True, False, True, False]}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    pd.DataFrame(sweep).to_csv(tmp_path / "old" / "sweep.csv", index=False)
+    moved = pd.DataFrame(sweep).iloc[[2, 3, 0, 1]]  # another row order, one more learning rate
+    moved = pd.concat([moved, pd.DataFrame({"optimizer": ["APOLLO"], "lr": [0.09],
+                                            "loss": [2.30], "chosen": [False]})])
+    moved.loc[moved["lr"] == 0.03, "loss"] = 2.06
+    moved.to_csv(tmp_path / "new" / "sweep.csv", index=False)
+    rules = {"sweep.csv": check.FileRules(check.EXACT, (("loss", check.Rule("tolerance",
+                                                                            rel=0.01)),),
+                                          key=("optimizer", "lr"))}
+    report = check.check_figures(tmp_path / "new", tmp_path / "old", rules)
+    assert report.ok and report.added_rows == ["sweep.csv: ('APOLLO', '0.09')"]
+    assert [(c.column, c.cells, c.example) for c in report.changes] == [
+        ("loss", 1, (3, "2.05", "2.06"))]
+    assert "rows only in the fresh tables" in report.format()
+    moved.iloc[1:].to_csv(tmp_path / "new" / "sweep.csv", index=False)  # a committed row lost
+    report = check.check_figures(tmp_path / "new", tmp_path / "old", rules)
+    assert not report.ok and "missing from the fresh table" in report.broken[0]
+    unkeyed = {"sweep.csv": check.FileRules(check.EXACT)}
+    assert not check.check_figures(tmp_path / "new", tmp_path / "old", unkeyed).ok
+
+
+def test_a_key_in_the_tolerance_file_is_a_list_of_columns(tmp_path) -> None:
+    path = tmp_path / "tolerances.yaml"
+    path.write_text("files:\n  sweep.csv: {key: [optimizer, lr], columns: {loss: {rel: 0.1}}}\n")
+    rules = check.load_tolerances(path)["sweep.csv"]
+    assert rules.key == ("optimizer", "lr") and rules.default == check.EXACT
+    path.write_text("files:\n  sweep.csv: {key: optimizer}\n")
+    with pytest.raises(ValueError, match="key must be a list"):
+        check.load_tolerances(path)
+
+
 def test_the_command_line_exits_by_the_verdict(tmp_path, capsys) -> None:
     old = write_tables(tmp_path / "old")
     rules = tmp_path / "tolerances.yaml"
