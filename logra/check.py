@@ -13,9 +13,10 @@ The tolerance file (YAML) maps file-name patterns to a rule for the whole file o
 `{default: RULE, columns: {column pattern: RULE}, key: [COLUMN, ...]}`; the first pattern that
 matches a file applies, column patterns are `fnmatch` patterns too, first match wins. A file no
 pattern covers is compared exactly, and the report says so. Rows are compared in order, or, with
-a `key`, matched by their key columns: then a fresh row whose key the committed table lacks is
-listed and does not fail (a learning-rate sweep that extends its grid past an optimum that moved
-to the edge), while a committed row missing from the fresh table fails.
+a `key`, matched by their key columns: then a row only one of the two tables has is listed and
+does not fail (a learning-rate sweep extends its grid past an edge optimum, so where a near-tie
+moves the optimum on another CPU the sweep gains or loses a row; the choice itself is compared
+in the summary tables).
 
     python -m logra.check                       # figures/ against the figures of git HEAD
     python -m logra.check FRESH --committed DIR --tolerances figures/tolerances.yaml
@@ -152,7 +153,7 @@ class FigureCheck:
     identical: list[str] = field(default_factory=list)
     changes: list[ColumnChange] = field(default_factory=list)
     broken: list[str] = field(default_factory=list)  # changed shape or columns: no comparison
-    added_rows: list[str] = field(default_factory=list)  # keyed rows only the fresh table has
+    unmatched_rows: list[str] = field(default_factory=list)  # keyed rows only one table has
     not_regenerated: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
     unruled: list[str] = field(default_factory=list)  # compared exactly, no rule in the file
@@ -175,7 +176,7 @@ class FigureCheck:
         for title, items in (
             ("OUTSIDE TOLERANCE", [c.format() for c in self.outside] + self.broken),
             ("moved within tolerance", [c.format() for c in within]),
-            ("rows only in the fresh tables (matched by key)", self.added_rows),
+            ("rows only one table has (matched by key)", self.unmatched_rows),
             ("not regenerated (committed only)", self.not_regenerated),
             ("new (no committed copy)", self.new),
             ("no rule in the tolerance file (compared exactly)", self.unruled),
@@ -221,10 +222,10 @@ def compare_cell(committed: str, fresh: str, rule: Rule) -> tuple[bool, float, f
 
 
 def match_rows(name: str, committed: pd.DataFrame, fresh: pd.DataFrame, key: tuple[str, ...]
-               ) -> tuple[pd.DataFrame, list[str]] | str:
-    """The fresh rows in the committed table's order of `key`, and the keys of fresh rows the
-    committed table lacks; or why they cannot be matched (a key column missing or repeated, a
-    committed row missing from the fresh table)."""
+               ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]] | str:
+    """The rows both tables have, in the committed table's order of `key`, and the rows only
+    one of them has ("committed only: KEY" / "fresh only: KEY"); or why the tables cannot be
+    matched (a key column missing, a key repeated within a table)."""
     missing = [k for k in key if k not in committed.columns]
     if missing:
         return f"{name}: key columns {missing} not in the table"
@@ -233,28 +234,28 @@ def match_rows(name: str, committed: pd.DataFrame, fresh: pd.DataFrame, key: tup
     if len(set(old_keys)) != len(old_keys) or len(set(new_keys)) != len(new_keys):
         return f"{name}: the key {list(key)} repeats within a table"
     position = {k: i for i, k in enumerate(new_keys)}
-    gone = [k for k in old_keys if k not in position]
-    if gone:
-        return f"{name}: committed rows missing from the fresh table: {gone}"
+    shared = [i for i, k in enumerate(old_keys) if k in position]
     committed_keys = set(old_keys)
-    added = [f"{name}: {k}" for k in new_keys if k not in committed_keys]
-    return fresh.iloc[[position[k] for k in old_keys]].reset_index(drop=True), added
+    unmatched = ([f"{name}: committed only: {k}" for k in old_keys if k not in position]
+                 + [f"{name}: fresh only: {k}" for k in new_keys if k not in committed_keys])
+    return (committed.iloc[shared].reset_index(drop=True),
+            fresh.iloc[[position[old_keys[i]] for i in shared]].reset_index(drop=True), unmatched)
 
 
 def compare_table(name: str, committed: pd.DataFrame, fresh: pd.DataFrame,
                   rules: FileRules) -> tuple[list[ColumnChange], list[str]] | str:
-    """The changed columns of one table and the keyed rows only the fresh one has, or why the
+    """The changed columns of one table and the keyed rows only one table has, or why the
     tables cannot be compared (shape, columns)."""
     if list(committed.columns) != list(fresh.columns):
         gone = [c for c in committed.columns if c not in fresh.columns]
         added = [c for c in fresh.columns if c not in committed.columns]
         return f"{name}: columns changed (gone {gone}, new {added})"
-    added_rows: list[str] = []
+    unmatched: list[str] = []
     if rules.key:
         matched = match_rows(name, committed, fresh, rules.key)
         if isinstance(matched, str):
             return matched
-        fresh, added_rows = matched
+        committed, fresh, unmatched = matched
     if len(committed) != len(fresh):
         return f"{name}: {len(committed)} rows committed, {len(fresh)} fresh"
     changes = []
@@ -273,7 +274,7 @@ def compare_table(name: str, committed: pd.DataFrame, fresh: pd.DataFrame,
                 change.max_abs, change.max_rel = move, rel
         if change.cells:
             changes.append(change)
-    return changes, added_rows
+    return changes, unmatched
 
 
 def check_figures(
@@ -305,10 +306,10 @@ def check_figures(
         if isinstance(result, str):
             report.broken.append(result)
             continue
-        changes, added_rows = result
+        changes, unmatched = result
         report.changes += changes
-        report.added_rows += added_rows
-        if not changes and not added_rows:
+        report.unmatched_rows += unmatched
+        if not changes and not unmatched:
             report.identical.append(name)
     return report
 

@@ -241,7 +241,7 @@ def test_shape_changes_missing_new_and_unruled_files_are_reported(tmp_path) -> N
     assert [(c.file, c.outside) for c in report.changes] == [("other.csv", 1)]
 
 
-def test_keyed_rows_are_matched_by_key_and_an_extended_grid_is_listed(tmp_path) -> None:
+def test_keyed_rows_are_matched_by_key_and_a_changed_grid_is_listed(tmp_path) -> None:
     sweep = {"optimizer": ["AdamW", "AdamW", "APOLLO", "APOLLO"], "lr": [0.001, 0.003, 0.01, 0.03],
              "loss": [2.10, 2.20, 2.04, 2.05], "chosen": [True, False, True, False]}
     (tmp_path / "old").mkdir()
@@ -256,13 +256,16 @@ def test_keyed_rows_are_matched_by_key_and_an_extended_grid_is_listed(tmp_path) 
                                                                             rel=0.01)),),
                                           key=("optimizer", "lr"))}
     report = check.check_figures(tmp_path / "new", tmp_path / "old", rules)
-    assert report.ok and report.added_rows == ["sweep.csv: ('APOLLO', '0.09')"]
+    assert report.ok and report.unmatched_rows == ["sweep.csv: fresh only: ('APOLLO', '0.09')"]
     assert [(c.column, c.cells, c.example) for c in report.changes] == [
         ("loss", 1, (3, "2.05", "2.06"))]
-    assert "rows only in the fresh tables" in report.format()
-    moved.iloc[1:].to_csv(tmp_path / "new" / "sweep.csv", index=False)  # a committed row lost
+    assert "rows only one table has" in report.format()
+    moved.iloc[1:].to_csv(tmp_path / "new" / "sweep.csv", index=False)  # APOLLO 0.01 gone
     report = check.check_figures(tmp_path / "new", tmp_path / "old", rules)
-    assert not report.ok and "missing from the fresh table" in report.broken[0]
+    assert report.ok and report.unmatched_rows == ["sweep.csv: committed only: ('APOLLO', '0.01')",
+                                                   "sweep.csv: fresh only: ('APOLLO', '0.09')"]
+    moved.assign(lr=0.5).to_csv(tmp_path / "new" / "sweep.csv", index=False)  # a repeated key
+    assert "repeats" in check.check_figures(tmp_path / "new", tmp_path / "old", rules).broken[0]
     unkeyed = {"sweep.csv": check.FileRules(check.EXACT)}
     assert not check.check_figures(tmp_path / "new", tmp_path / "old", unkeyed).ok
 
