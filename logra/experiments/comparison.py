@@ -292,7 +292,10 @@ def c7_pairs(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     difference to AdamW and its margin max(c7_margin, 2·SE) in points, whether LoGRA "matches
     or exceeds" (difference ≥ −margin), and whether dense AdamW beat the policy before RL by
     more than c7_margin ("adamw_learned")."""
-    summary = accuracy_summary(frame).set_index(["model", "method", "task"])
+    return _c7_pairs(accuracy_summary(frame).set_index(["model", "method", "task"]), cfg)
+
+
+def _c7_pairs(summary: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for model in cfg["models"]:
         for task in cfg["eval_tasks"]:
@@ -313,7 +316,8 @@ def c7_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     seeds' spread. Every pair: reproduced; some: partly; none: not reproduced. Matching a dense
     run that learned nothing says nothing, so when dense AdamW beats the policy before RL by
     more than c7_margin on no pair, "reproduced" is capped at "partly"."""
-    pairs = c7_pairs(frame, cfg)
+    summary = accuracy_summary(frame).set_index(["model", "method", "task"])
+    pairs = _c7_pairs(summary, cfg)
     parts = [f"{_model_name(p.model)} {p.task}: LoGRA {p.logra:.1f} vs AdamW {p.adamw:.1f} % "
              f"(Δ {p.difference:+.1f}, margin {p.margin:.1f})" for p in pairs.itertuples()]
     ok, n = int(pairs["matches"].sum()), len(pairs)
@@ -324,7 +328,7 @@ def c7_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
         text += "; capped at partly: dense AdamW did not improve on the policy before RL"
     if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg["models"]):
         text += " (proxy analogue of the claim)"
-    text += _base_note(accuracy_summary(frame).set_index(["model", "method", "task"]), cfg)
+    text += _base_note(summary, cfg)
     return ClaimRow("C7", C7_REPORTED, text, _scale_text(frame, cfg), verdict)
 
 
