@@ -122,11 +122,16 @@ def test_raising_steps_extends_a_finished_run(smoke_dirs, tmp_path) -> None:
     assert runner.evaluations(extended)["step"].tolist() == [0, 2, 4]
 
 
-def test_a_run_directory_refuses_a_different_config(smoke_dirs, tmp_path) -> None:
+def test_a_run_directory_refuses_a_different_config(smoke_dirs, tmp_path, monkeypatch) -> None:
     config = smoke_config(smoke_dirs, tmp_path, run_name="taken", steps=1)
     runner.run_grpo(config, progress=False)
     with pytest.raises(ConfigError, match=r"different \['lr'\]"):
         runner.run_grpo({**config, "lr": 0.5}, progress=False)
+    # a named run resumed by other code (an automatic name would change with the code)
+    monkeypatch.setattr(runner, "fingerprint", lambda: "0123456789abcdef")
+    with pytest.raises(ConfigError, match=r"made by other code .fingerprint [0-9a-f]{16}, now "
+                                          r"0123456789abcdef"):
+        runner.run_grpo({**config, "steps": 2}, progress=False)
 
 
 def test_eval_prompts_past_the_test_split(smoke_dirs, tmp_path, monkeypatch) -> None:

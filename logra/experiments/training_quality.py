@@ -24,7 +24,10 @@ optimizer of `methods` (each an entry of `logra.optimizers` with its settings):
 Per run: validation loss every `eval_every` steps, test loss at the end (nats per byte, on fixed
 windows), the bytes of tensors in the optimizer's state (`logra.optimizers.measured_state_bytes`),
 and the median step time. Runs are cached under <results_dir>/training_quality/ by their settings
-and `VERSION`, written atomically, so a rerun or an added optimizer redoes only what is missing.
+and the fingerprint of the code that trains them (`logra.provenance`: this module, the data and
+every optimizer), written atomically, so a rerun or an added optimizer redoes only what is
+missing and a change to the code trains again.
+
 The comparison with AdamW is paired by seed: each optimizer's test loss minus AdamW's on the same
 seed, with a 95 % t interval over the seeds; an interval that holds 0 is "no difference".
 """
@@ -51,10 +54,10 @@ from logra.experiments.jobs import run_jobs, worker_count
 from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
 from logra.models.warmup import warmup_cosine
 from logra.optimizers import REGISTRY, build_optimizer, measured_state_bytes, spec, wrap_model
+from logra.provenance import fingerprint
 
 EXPERIMENT = "training_quality"
 NOTEBOOK = "10_training_quality"
-VERSION = 1  # bump when a change to the training code changes what a cached run would hold
 REFERENCE = "adamw"
 T_95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}  # two-sided 95 %
@@ -157,13 +160,18 @@ def color(cfg: dict[str, Any], method: str) -> str:
 
 # ------------------------------------------------------------------------------ one run
 
+# this benchmark's own code, beside `logra.provenance.TRAINING_CODE`, in its runs' cache key
+# (whole modules: a change to the tables below trains again too)
+CODE = ("experiments/training_quality.py", "experiments/quality_data.py")
+
+
 def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     """What determines a run's result (its cache key)."""
     schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
                 "eval_every")
     data = TEXT_KEYS if cfg["task"] == "text" else ("task", *SFT_KEYS)
     method = {k: v for k, v in cfg["methods"][run.method].items() if k not in PRESENTATION}
-    key = dict(version=VERSION, method=method, lr=run.lr, seed=run.seed,
+    key = dict(code=fingerprint(*CODE), method=method, lr=run.lr, seed=run.seed,
                rank=run.rank, **{k: cfg[k] for k in sorted({*schedule, *data})})
     if REGISTRY[method["optimizer"]].projected or method.get("refresh_projections"):
         key["projection_gap"] = projection_gap(cfg)

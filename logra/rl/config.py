@@ -7,7 +7,9 @@ ill-typed values), applies the overrides (each value parsed by `yaml.safe_load`,
 its range or its valid choices. Every failure is a `ConfigError` naming the key.
 
 The run directory is `<results_dir>/runs/<run_name>`; without a run_name it is
-`grpo-<optimizer>-<hash>`, the hash covering every key that changes the records. `steps` is not
+`grpo-<optimizer>-<hash>`, the hash covering every key that changes the records and the
+fingerprint of the code that computes them (`logra.provenance`), so that a change to that code
+starts new runs rather than reading or extending the old code's. `steps` is not
 among them: there is no learning-rate schedule, so the first k steps of a run do not depend on
 how many follow, and raising `steps` extends a finished run in place.
 """
@@ -27,6 +29,7 @@ from logra.data import TASKS
 from logra.models import SCALES
 from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
 from logra.optimizers import OPTIMIZERS, check_optimizer
+from logra.provenance import fingerprint
 
 EXPERIMENT = "grpo"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -166,13 +169,15 @@ def _check_model(model: Any) -> None:
 
 
 def config_hash(config: dict[str, Any]) -> str:
-    """12 hex digits of the canonical JSON of the keys that change the records.
+    """12 hex digits of the canonical JSON of the keys that change the records and of the code's
+    fingerprint (`logra.provenance.fingerprint`).
 
     A key of `ONLY_WITH` is left out while the key it depends on is null (it cannot change the
     records then), so adding such a key keeps the runs already made without it valid.
     """
     hashed = {k: v for k, v in sorted(config.items()) if k not in NOT_HASHED
               and not (k in ONLY_WITH and config.get(ONLY_WITH[k]) is None)}
+    hashed["code"] = fingerprint()
     return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -83,6 +83,7 @@ from logra.optim import LoGRA
 from logra.optim.kl import categorical_kl
 from logra.optimizers import build_optimizer, measured_state_bytes, wrap_model
 from logra.paths import checkout_root
+from logra.provenance import fingerprint
 from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
 from logra.rl.grpo import AdaptiveKLController, group_advantages, grpo_loss
@@ -482,7 +483,8 @@ def initial_evaluation(trainer: Trainer) -> dict[str, float]:
 
     Greedy decoding of the same weights on the same prompts is deterministic, so the result is
     cached in <results_dir>/evaluations/ under a hash of the weight files and the evaluation keys
-    (`EVALUATION_KEYS`, the device and the number of ranks). Only for policies loaded from a
+    (`EVALUATION_KEYS`, the device, the number of ranks and the code's fingerprint,
+    `logra.provenance`). Only for policies loaded from a
     local directory and trained as they are: a LoRA-wrapped policy or a hub id is evaluated.
     """
     config = trainer.config
@@ -493,7 +495,7 @@ def initial_evaluation(trainer: Trainer) -> dict[str, float]:
     for weights in sorted(source.glob("*.safetensors")):
         digest.update(weights.read_bytes())
     settings = {k: config[k] for k in EVALUATION_KEYS}
-    settings.update(device=str(trainer.device), ranks=trainer.dp.world)
+    settings.update(device=str(trainer.device), ranks=trainer.dp.world, code=fingerprint())
     digest.update(json.dumps(settings, sort_keys=True).encode())
     path = Path(config["results_dir"]) / EVALUATIONS_DIR / f"{digest.hexdigest()[:16]}.json"
     if path.exists():
@@ -518,9 +520,15 @@ def _read_manifest(path: Path, config: dict[str, Any]) -> dict[str, Any]:
         if differ:
             raise ConfigError(f"{path.parent} holds a run with different {differ}; "
                               "set another run_name= or remove the directory")
+        if manifest.get("code") != fingerprint():
+            raise ConfigError(
+                f"{path.parent} holds a run made by other code (fingerprint "
+                f"{manifest.get('code')}, now {fingerprint()}: `logra.provenance`); "
+                "set another run_name= or remove the directory")
         return manifest
     return dict(
         experiment=cfg.EXPERIMENT, seed=config["seed"], run_dir=str(path.parent),
+        code=fingerprint(),
         started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         versions=_versions(), git=_git(), python=sys.version.split()[0],
         platform=platform.platform(), threads=config["threads"],

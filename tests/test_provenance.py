@@ -1,0 +1,78 @@
+"""The code fingerprint that keys cached results (`logra.provenance`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from logra import provenance
+from logra.experiments import training_quality as tq
+from logra.rl import config as cfg
+
+MODULE = '''"""A module."""
+
+def scale(x):
+    """Twice x."""
+    return 2 * x  # doubled
+'''
+
+
+def test_the_tree_ignores_docstrings_comments_and_layout_not_code() -> None:
+    edited = MODULE.replace("Twice x.", "x, twice.").replace("# doubled", "# times two")
+    reflowed = MODULE.replace("return 2 * x", "return (2 *\n            x)")
+    changed = MODULE.replace("2 * x", "3 * x")
+    assert provenance.code_tree(edited) == provenance.code_tree(MODULE)
+    assert provenance.code_tree(reflowed) == provenance.code_tree(MODULE)
+    assert provenance.code_tree(changed) != provenance.code_tree(MODULE)
+    only_docstring = '"""Only a docstring."""\n'
+    assert provenance.code_tree(only_docstring) == provenance.code_tree("")
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """A package laid out like `logra`'s training code, with one module of an experiment."""
+    for part in provenance.TRAINING_CODE:
+        if part.endswith(".py"):
+            (tmp_path / part).write_text("LR = 1e-3\n")
+        else:
+            (tmp_path / part).mkdir()
+            (tmp_path / part / "step.py").write_text("def step():\n    return 1\n")
+    (tmp_path / "experiment.py").write_text(MODULE)
+    monkeypatch.setattr(provenance, "PACKAGE_ROOT", tmp_path)
+    provenance._fingerprint.cache_clear()
+    yield tmp_path
+    provenance._fingerprint.cache_clear()
+
+
+def test_the_fingerprint_follows_the_code_it_covers(package, monkeypatch) -> None:
+    base, with_experiment = provenance.fingerprint(), provenance.fingerprint("experiment.py")
+    assert base != with_experiment and len(base) == 16
+    (package / "experiment.py").write_text(MODULE.replace("Twice x.", "Double."))
+    provenance._fingerprint.cache_clear()
+    assert provenance.fingerprint("experiment.py") == with_experiment  # a docstring only
+    (package / "rl" / "step.py").write_text("def step():\n    return 2\n")
+    provenance._fingerprint.cache_clear()
+    assert provenance.fingerprint() != base  # the training code changed
+    changed = provenance.fingerprint()
+    monkeypatch.setattr(provenance, "_version", lambda name: "9.9" if name == "torch" else "1")
+    provenance._fingerprint.cache_clear()
+    assert provenance.fingerprint() != changed  # another torch
+    with pytest.raises(FileNotFoundError, match=r"'missing\.py'"):
+        provenance.fingerprint("missing.py")
+
+
+def test_the_real_package_fingerprints() -> None:
+    assert provenance.fingerprint(*tq.CODE) != provenance.fingerprint()
+
+
+def test_cached_runs_are_keyed_by_the_code(tmp_path, monkeypatch) -> None:
+    """A change to the code moves every cache key: the training-quality runs' files and the
+    GRPO runs' directories (and with them their evaluations and held-out accuracies)."""
+    quality = tq.config("smoke", results_dir=str(tmp_path))
+    run = tq.Run("adamw", 1e-3, 0, 4, "sweep")
+    before = tq.run_path(quality, run)
+    hash_before = cfg.config_hash({"lr": 1e-3, "optimizer": "logra"})
+    monkeypatch.setattr(tq, "fingerprint", lambda *parts: "another")
+    monkeypatch.setattr(cfg, "fingerprint", lambda *parts: "another")
+    assert tq.run_path(quality, run) != before
+    assert tq.settings(quality, run)["code"] == "another"
+    assert cfg.config_hash({"lr": 1e-3, "optimizer": "logra"}) != hash_before
