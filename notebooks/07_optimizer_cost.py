@@ -48,7 +48,8 @@ print(f"copy bandwidth {frame['bandwidth_gb_s'].iloc[0]:.1f} GB/s on {device}, "
 #
 # `logra-r16-none` steps without the KL control; `-diag`, `-calibrated` and `-jvp` with each
 # estimator (the last two probe a random batch, proxies only): their difference to `-none` is the
-# control's cost per step. `cache_bytes` are the projections LoGRA keeps between steps.
+# control's cost per step. `cache_bytes` are the projections LoGRA keeps between steps;
+# `logra-r16-regenerate` keeps none (`cache_projections=False`) and draws them every step.
 
 # %%
 report.show_table(optimizer_cost.ratio_table(frame, cfg["table_cases"]), "optimizer_cost",

@@ -1,8 +1,11 @@
 """The gain rule's factors for many matrices at once (`logra.optim.gain`): bit for bit those of
-each matrix alone, one all-reduce per family, and an optimizer step that does not depend on
-which matrices share it."""
+each matrix alone, one all-reduce per family, an optimizer step that does not depend on which
+matrices share it, and moments packed in the family's buffers (`logra.optim.packing`) that
+survive a checkpoint and a user's assignment."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -12,6 +15,8 @@ from logra.optim import LoGRA
 from logra.optim import sketch as sk
 from logra.optim.gain import Member, family_factors
 from logra.optim.gate import StepGate
+from logra.optim.moments import SKETCH_MOMENTS
+from logra.optim.packing import PackedMoments
 
 K, R = 4, 3
 # (stack size or None for a single matrix, m, n): widths shared and not, a stack among singles,
@@ -103,6 +108,91 @@ def test_family_factors_are_bit_for_bit_each_matrix_alone(maximize: bool, ok: bo
             for a, b in zip(got["moments"], x["moments"], strict=True):
                 assert torch.equal(a, b)
     assert all(f.col_gain[..., 0].eq(0).all() for f in factors)  # dead columns
+
+
+def test_pinned_buffers_give_the_factors_of_copies() -> None:
+    """The same family with its moments pinned as views of packed buffers (the optimizer's
+    way) and packed into copies for the step (the sharded way): identical moments and
+    factors, and the pinned matrices' moments are views that the update wrote through."""
+    group, gate, matrices = GROUP, StepGate(torch.tensor(True)), _matrices(4)
+    copied = _members(matrices)
+    pinned = _members(matrices)
+    packed = PackedMoments.gather([m for member in pinned for m in member.moments])
+    expected = family_factors(copied, group, step=2, gate=gate)
+    got = family_factors(pinned, group, step=2, gate=gate, packed=packed)
+    for a, b in zip(_per_matrix(got, pinned), _per_matrix(expected, copied), strict=True):
+        for key in ("row_factor", "col_gain", "row_weight", "col_weight"):
+            assert torch.equal(a[key], b[key]), key
+    own = [m for member in copied for m in member.moments]
+    for views, moments in zip(packed.views, own, strict=True):
+        for view, moment in zip(views, moments, strict=True):
+            assert torch.equal(view, moment)
+            assert view.untyped_storage().data_ptr() in {
+                t.untyped_storage().data_ptr() for t in (packed.m_R, packed.v_R,
+                                                          *packed.m_L.values(),
+                                                          *packed.v_L.values())}
+
+
+def _stepped(shapes: list[tuple[int, ...]], steps: int, seed: int = 5):
+    """Parameters of `shapes`, LoGRA (gain) over them and `steps` steps of seeded gradients;
+    the gradients of later steps come from the returned generator."""
+    g = torch.Generator().manual_seed(seed)
+    params = [nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+    opt = LoGRA(params, lr=1e-2, rank=3, weight_decay=0.1, predicted_kl_threshold=None)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g)
+        opt.step()
+    return params, opt, g
+
+
+SHAPES = [(16, 12), (16, 12), (9, 30), (40, 12), (7,)]
+
+
+def test_the_state_holds_views_of_the_family_buffers() -> None:
+    params, opt, _ = _stepped(SHAPES, 2)
+    sketched = [p for p in params if p.dim() == 2]
+    bases = {name: {opt.state[p][name].untyped_storage().data_ptr() for p in sketched}
+             for name in SKETCH_MOMENTS}
+    # one buffer per moment for the rows, one per width (12 and 30) for the columns
+    assert {name: len(b) for name, b in bases.items()} == {
+        "exp_avg_L": 2, "exp_avg_sq_L": 2, "exp_avg_R": 1, "exp_avg_sq_R": 1}
+    # each view holds its own matrix's moment, and the state's bytes are counted once each
+    assert opt.state[sketched[2]]["exp_avg_L"].shape == (3, 30)
+    assert opt.state[sketched[3]]["exp_avg_sq_R"].shape == (40, 3)
+    assert sum(opt.state[p][name].nbytes for p in sketched for name in SKETCH_MOMENTS) == \
+        4 * 2 * 3 * sum(m + n for m, n in (s for s in SHAPES if len(s) == 2))
+
+
+def test_a_checkpoint_and_an_assignment_repack_the_moments() -> None:
+    """A state saved and loaded into a new optimizer, or a moment replaced by a user, is packed
+    again at the next step from the values it holds: the run continues bit for bit."""
+    params, opt, g = _stepped(SHAPES, 3)
+    saved = copy.deepcopy(opt.state_dict())
+    weights = [p.detach().clone() for p in params]
+    later = [[torch.randn(p.shape, generator=g) for p in params] for _ in range(2)]
+
+    def cont(params, opt):
+        for grads in later:
+            for p, grad in zip(params, grads, strict=True):
+                p.grad = grad.clone()
+            opt.step()
+        return [p.detach().clone() for p in params]
+
+    reference = cont(params, opt)
+    resumed = [nn.Parameter(w.clone()) for w in weights]
+    loaded = LoGRA(resumed, lr=1e-2, rank=3, weight_decay=0.1, predicted_kl_threshold=None)
+    loaded.load_state_dict(saved)
+    for a, b in zip(cont(resumed, loaded), reference, strict=True):
+        assert torch.equal(a, b)
+    assert len({loaded.state[p]["exp_avg_R"].untyped_storage().data_ptr()
+                for p in resumed if p.dim() == 2}) == 1  # packed again
+
+    again, opt_again, _ = _stepped(SHAPES, 3)
+    first = again[0]
+    opt_again.state[first]["exp_avg_L"] = opt_again.state[first]["exp_avg_L"].clone()
+    for a, b in zip(cont(again, opt_again), reference, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_a_family_sums_its_row_energies_over_ranks_in_one_reduction() -> None:

@@ -1,4 +1,4 @@
-"""Which projections LoGRA keeps between steps (`cache_projections`: True, False, None)."""
+"""Which projections LoGRA keeps between steps (`cache_projections`: True by default, or False)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 from logra.optim import LoGRA
 
 
-def step_twice(device: str, cache: bool | None, refresh_every: int | None = None) -> LoGRA:
+def step_twice(device: str, cache: bool, refresh_every: int | None = None) -> LoGRA:
     """Two steps of a 64×48 and a 32×48 matrix on `device` (the meta device stands in for an
     accelerator: the control off, nothing is read on the host)."""
     params = [nn.Parameter(torch.randn(64, 48, device=device)),
@@ -24,14 +24,20 @@ def step_twice(device: str, cache: bool | None, refresh_every: int | None = None
 
 
 @pytest.mark.parametrize(("device", "cache", "kept"), [
-    ("cpu", None, 0), ("meta", None, 3), ("cpu", True, 3), ("meta", False, 0),
+    ("cpu", True, 3), ("meta", True, 3), ("cpu", False, 0), ("meta", False, 0),
 ])
-def test_the_default_caches_on_an_accelerator_only(device: str, cache: bool | None,
-                                                   kept: int) -> None:
+def test_projections_are_kept_on_their_device_unless_told(device: str, cache: bool,
+                                                          kept: int) -> None:
     # P of 64 rows, P of 32 rows, and the Q of 48 columns they share
     opt = step_twice(device, cache)
     assert len(opt.projection_bank.cached) == kept
     assert all(key.device == device for key in opt.projection_bank.cached)
+
+
+def test_the_default_caches_and_none_is_refused() -> None:
+    assert LoGRA([nn.Parameter(torch.zeros(8, 8))]).cache_projections is True
+    with pytest.raises(TypeError, match="cache_projections must be True or False, got None"):
+        LoGRA([nn.Parameter(torch.zeros(8, 8))], cache_projections=None)
 
 
 def test_a_refresh_epoch_replaces_the_cached_projections() -> None:

@@ -3,13 +3,16 @@
 A CUDA-free proxy: every Python-level read of a tensor's value on the host (`item`, `tolist`,
 `cpu`, `numpy`, `bool`, `float`, `int`, `index`) is counted while `step()` runs, except on the
 step counters, which live on the host as `torch.optim.AdamW`'s do (reading them is no device
-synchronization). Reads inside C++ kernels are not seen here; `scripts/gpu_checks.py` checks the
-step on a GPU with `torch.cuda.set_sync_debug_mode`.
+synchronization), and the finiteness flag's read by `StepGate` (it reads the flag of a CPU step
+only, where that is no synchronization either; on an accelerator it leaves it on the device,
+`test_the_gate_reads_only_a_cpu_flag`). Reads inside C++ kernels are not seen here;
+`scripts/gpu_checks.py` checks the step on a GPU with `torch.cuda.set_sync_debug_mode`.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,7 +21,9 @@ import torch
 from torch import nn
 
 from logra.optim import LoGRA
+from logra.optim.gate import StepGate
 
+CPU_FLAG_READ = StepGate.__post_init__.__code__  # `StepGate.kept`, for CPU flags only
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
 
@@ -30,7 +35,8 @@ def host_reads(exempt: list[torch.Tensor]) -> Iterator[list[str]]:
 
     def counting(name: str, method):
         def read(self, *args, **kwargs):
-            if not any(self is t for t in exempt):
+            caller = sys._getframe(1).f_code
+            if not any(self is t for t in exempt) and caller is not CPU_FLAG_READ:
                 reads.append(name)
             return method(self, *args, **kwargs)
         return read
@@ -140,3 +146,19 @@ def test_skips_counted_on_the_device_ride_along_with_the_control_s_one_read() ->
     assert len(reads) == 1
     assert opt.skipped_steps == 1 and opt.last_step["skipped_steps"] == 1
     assert reads_per_step(opt, model, ids, steps=2) == [1, 1]
+
+
+def test_the_gate_reads_only_a_cpu_flag() -> None:
+    """On the CPU the flag's value is read once (no synchronization there) and a kept step
+    skips the identity gating; on another device (meta stands in) it is never read."""
+    kept = StepGate(torch.ones((), dtype=torch.bool))
+    x = torch.tensor([1.0, -2.0])
+    assert kept.kept and kept.values(x) is x
+    skipped = StepGate(torch.zeros((), dtype=torch.bool))
+    assert not skipped.kept and torch.equal(skipped.values(x), torch.zeros(2))
+    assert torch.equal(skipped.mask_(torch.tensor([math.nan, 3.0])), torch.zeros(2))
+    assert torch.equal(kept.mask_(torch.tensor([math.inf, 3.0])), torch.tensor([0.0, 3.0]))
+    with pytest.raises(RuntimeError):  # a meta tensor has no value to read ...
+        bool(torch.ones((), dtype=torch.bool, device="meta"))
+    elsewhere = StepGate(torch.ones((), dtype=torch.bool, device="meta"))  # ... nor is it read
+    assert not elsewhere.kept

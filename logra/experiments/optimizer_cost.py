@@ -14,8 +14,9 @@ Cases (`cases` in experiments/optimizer_cost.yaml):
                   (timing does not depend on the weights)
 
 Optimizers: LoGRA at each rank of `logra_ranks` (defaults otherwise: gain reconstruction,
-δ = 0.02 with the diagonal estimate, projections kept as LoGRA's default keeps them: cached on
-an accelerator, regenerated on the CPU), AdamW foreach and fused (both
+δ = 0.02 with the calibrated estimate, which without a batch or a reported KL does not clip,
+projections cached between steps), the same at `baseline_rank` regenerating its projections
+every step ("-regenerate": `cache_projections=False`), AdamW foreach and fused (both
 baselines of every table), torch.optim.Adafactor, the naive random projection, and GaLore /
 APOLLO where their packages are installed (rank `baseline_rank`; built by `logra.optimizers`,
 as in the RL runs). GaLore recomputes an SVD every `update_proj_gap` steps; its time is
@@ -128,6 +129,8 @@ def optimizer_builders(
             continue
         builders[f"logra-r{rank}-{estimator}"] = (
             lambda m, e=estimator: logra_with_control(m, lr, rank, e, cfg["kl_batch"]))
+    builders[f"logra-r{rank}-regenerate"] = lambda m: LoGRA(m.parameters(), lr=lr, rank=rank,
+                                                          cache_projections=False)
     builders[f"naive-r{rank}"] = lambda m: RandomProjectionAdam(m.parameters(), lr=lr, rank=rank)
     builders["adafactor"] = lambda m: torch.optim.Adafactor(m.parameters(), lr=lr)
     settings = dict(lr=lr, weight_decay=0.0, rank=rank, seed=0)

@@ -176,7 +176,7 @@ class ForeachDenseUpdate:
     def apply(self, gamma: float, gate: StepGate | None = None) -> None:
         """W ← W + γΔ; with a `gate`, nothing on a skipped step (Δ is finite here: the gated
         moments are, so the 0/1 factor `keep` masks it)."""
-        if gate is not None:
+        if gate is not None and not gate.kept:
             torch._foreach_mul_(self.delta, gate.keep)
         if all(p.dtype == torch.float32 for p in self.params):
             torch._foreach_add_(self.params, self.delta, alpha=gamma)

@@ -11,13 +11,13 @@ sketched matrix W_i (m_i × n_i, sketches L_i = Pᵀ G_i: k×n_i and R_i = G_i Q
 and from them Δ_i = −lr·(√s ⊙ G_i ⊙ √c + λ W_i). Per matrix that is some fifty kernels on
 tensors of a few thousand numbers; a model of many small matrices spends its step launching
 them. Here the matrices of one param group and step count (one k, r, β, ε, lr: a `family`) are
-taken together: each moment operation is one foreach call over all of them, the R-side tensors
-are concatenated along their rows (Σm × r) and the L-side tensors stacked by width (B × k × n),
-so the norms, energies and gains are a few kernels on the concatenations, and each matrix reads
-its factors as views.
+taken together: the R-side sketches are concatenated along their rows (Σm × r) and the L-side
+ones stacked by width (B × k × n), the moments lie in buffers of the same layout
+(`logra.optim.packing`), so each moment operation, the norms, energies and gains are a few
+kernels on the whole family, and each matrix reads its factors as views.
 
-Every operation is the per-matrix one on the same numbers: the elementwise ones are exactly
-rounded or the same foreach kernels, and a row's or column's reduction runs in the same order in
+Every operation is the per-matrix one on the same numbers: the elementwise ones give each
+element the same result wherever it lies, and a row's or column's reduction runs in the same order in
 the concatenation as alone (measured for widths 1–18,992, ranks 4–64), so the factors are
 bit for bit those of a matrix taken alone (tests/test_gain_family.py).
 
@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from logra.optim.gate import StepGate
+from logra.optim.packing import PackedMoments
 from logra.optim.sketch import Reduce, column_gains, identity, row_gains
 
 
@@ -72,32 +73,40 @@ class GainFactors:
 
 def family_factors(
     members: list[Member], group: dict, step: int, gate: StepGate, reduce: Reduce = identity,
+    packed: PackedMoments | None = None,
 ) -> list[GainFactors]:
     """Update the moments of every member's matrices in place with their sketches (gated; the
     sketches are negated in place under `maximize`) and return each member's gain factors.
 
     All members belong to `group` and have taken `step` steps (this one included); `reduce`
-    sums over the ranks that hold the other rows (FSDP2), the identity otherwise.
+    sums over the ranks that hold the other rows (FSDP2), the identity otherwise. `packed`:
+    the members' moments packed in buffers whose views they are (`logra.optim.packing`, as the
+    optimizer pins them); None packs copies for this step and copies them back.
     """
     beta1, beta2 = group["betas"]
     if group["maximize"]:
         for member in members:
             member.L.neg_()
             member.R.neg_()
+    matrices = [moments for member in members for moments in member.moments]
+    temporary = packed is None
+    if packed is None:
+        packed = PackedMoments.gather(matrices)
     left = [x for member in members for x in member.left()]
-    right = [x for member in members for x in member.right()]
-    gated = ([gate.values(member.L) for member in members]
-             + [gate.values(member.R) for member in members])  # in the order of m_L + m_R
-    values = [x for stack in gated for x in (stack.unbind(0) if stack.dim() == 3 else [stack])]
-    m_L, v_L, m_R, v_R = (list(side) for side in zip(
-        *(moments for member in members for moments in member.moments), strict=True))
-    gate.update_gated(m_L + m_R, v_L + v_R, values, beta1, beta2)
+    right = torch.cat([x for member in members for x in member.right()])  # Σm × r
+    lefts = {width: torch.stack([left[i] for i in indices])  # F_n × k × n
+             for width, indices in packed.widths.items()}
+    gate.update_gated([*packed.m_L.values(), packed.m_R], [*packed.v_L.values(), packed.v_R],
+                      [*(gate.values(L) for L in lefts.values()), gate.values(right)],
+                      beta1, beta2)
+    if temporary:
+        packed.scatter(matrices)
     bias1, bias2 = 1 - beta1**step, 1 - beta2**step
     directions = dict(bias1=bias1, bias2=bias2, eps=group["eps"])
     sign = -1.0 if group["maximize"] else 1.0
-    row_factor, row_weight = _row_side(members, right, m_R, v_R, reduce, **directions)
+    row_factor, row_weight = _row_side(members, right, packed, reduce, **directions)
     row_factor.mul_(-float(group["lr"]) * sign)
-    col_gain, col_weight = _column_side(members, left, m_L, v_L, **directions)
+    col_gain, col_weight = _column_side(members, lefts, packed, **directions)
 
     factors, row = [], 0
     for member, weight, gain, kappa in zip(members, row_weight, col_gain, col_weight,
@@ -109,23 +118,25 @@ def family_factors(
     return factors
 
 
-def _direction(m: Tensor, v: Tensor, bias1: float, bias2: float, eps: float) -> Tensor:
-    """u = m̂ / (√v̂ + ε) from fresh copies of the moments; v becomes v̂ in place."""
-    return m.div_(bias1).div_(v.div_(bias2).sqrt().add_(eps))
+def _direction(m: Tensor, v: Tensor, bias1: float, bias2: float,
+               eps: float) -> tuple[Tensor, Tensor]:
+    """(u, v̂): u = m̂ / (√v̂ + ε), m̂ = m / bias1, v̂ = v / bias2, as new tensors."""
+    v_hat = v / bias2
+    return (m / bias1).div_(v_hat.sqrt().add_(eps)), v_hat
 
 
 def _row_side(
-    members: list[Member], right: list[Tensor], m_R: list[Tensor], v_R: list[Tensor],
-    reduce: Reduce, **directions: float,
+    members: list[Member], R: Tensor, packed: PackedMoments, reduce: Reduce,
+    **directions: float,
 ) -> tuple[Tensor, list[Tensor]]:
-    """√s of every matrix, concatenated along the rows (Σm), and each member's ρ/Σρ.
+    """√s of every matrix, concatenated along the rows (Σm), and each member's ρ/Σρ; R: the
+    family's right sketches concatenated along the rows.
 
     The Fisher weights are fresh tensors, not views of a concatenation: the matrix-vector
     products of the KL estimate round by the alignment of their operands (MKL), so a weight
     must lie where the matrix taken alone would have it.
     """
-    R, m, v_hat = (torch.cat(side) for side in (right, m_R, v_R))
-    u = _direction(m, v_hat, **directions)
+    u, v_hat = _direction(packed.m_R, packed.v_R, **directions)
     row_gain = row_gains(R, u)
     energy = v_hat.sum(dim=-1)
     rhos, row = [], 0
@@ -145,20 +156,15 @@ def _row_side(
 
 
 def _column_side(
-    members: list[Member], left: list[Tensor], m_L: list[Tensor], v_L: list[Tensor],
-    **directions: float,
+    members: list[Member], lefts: dict[int, Tensor], packed: PackedMoments, **directions: float,
 ) -> tuple[list[Tensor], list[Tensor]]:
-    """√c and κ of each member ((n,), or (B, n) for a stack), from stacks of equal width."""
-    position: list[tuple[int, int]] = []  # (width, index in that width's stack) of each matrix
-    by_width: dict[int, list[int]] = {}
-    for i, x in enumerate(left):
-        indices = by_width.setdefault(x.shape[1], [])
-        position.append((x.shape[1], len(indices)))
-        indices.append(i)
+    """√c and κ of each member ((n,), or (B, n) for a stack); lefts: width -> the left sketches
+    of that width's matrices, stacked in family order (as `packed.widths` lists them)."""
+    position = {i: (width, j) for width, indices in packed.widths.items()
+                for j, i in enumerate(indices)}  # matrix -> (width, index in its stack)
     gains, energies = {}, {}
-    for width, indices in by_width.items():
-        L, m, v_hat = (torch.stack([side[i] for i in indices]) for side in (left, m_L, v_L))
-        u = _direction(m, v_hat, **directions)
+    for width, L in lefts.items():
+        u, v_hat = _direction(packed.m_L[width], packed.v_L[width], **directions)
         gains[width] = column_gains(L, u)
         energies[width] = v_hat.sum(dim=-2)
     col_gain, col_weight, matrix = [], [], 0
@@ -171,5 +177,3 @@ def _column_side(
         col_weight.append(energies[width][select].mul(member.rows / member.L.shape[-2]))
         matrix += batch
     return col_gain, col_weight
-
-

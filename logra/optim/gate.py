@@ -38,19 +38,29 @@ class StepGate:
     ok: Tensor  # 0-d bool: every gradient of the step is finite
     skip: Tensor = field(init=False)  # 0-d bool: not ok
     keep: Tensor = field(init=False)  # 0-d fp32: 1 if ok else 0
+    kept: bool = field(init=False)  # ok is known true on the host (see `__post_init__`)
 
     def __post_init__(self) -> None:
+        """On the CPU the flag is read at once (a CPU tensor's value costs no synchronization),
+        and a kept step skips the gating passes that would be the identity: x·1 with no NaN
+        to zero (ok means every gradient is finite), the same numbers bit for bit."""
         object.__setattr__(self, "skip", self.ok.logical_not())
         object.__setattr__(self, "keep", self.ok.to(torch.float32))
+        object.__setattr__(self, "kept", self.ok.device.type == "cpu" and bool(self.ok))
 
     def values(self, x: Tensor) -> Tensor:
-        """x where the step is kept, zeros where it is skipped (a new tensor; see `mask_`)."""
+        """x where the step is kept, zeros where it is skipped (a new tensor, or x itself when
+        the step is `kept`: then x is finite and x·1 = x; see `mask_`)."""
+        if self.kept:
+            return x
         return (x * self.keep).nan_to_num_(0.0, 0.0, 0.0)
 
     def mask_(self, x: Tensor) -> Tensor:
         """x, in place: unchanged where the step is kept (x finite then, or its NaN and ∞ zeroed),
         all zeros where it is skipped, whatever x holds."""
-        return x.mul_(self.keep).nan_to_num_(0.0, 0.0, 0.0)
+        if not self.kept:
+            x.mul_(self.keep)
+        return x.nan_to_num_(0.0, 0.0, 0.0)
 
     def first_weight(self, beta1: float) -> Tensor:
         """The lerp weight of the first moment: 1−β₁, or 0 on a skipped step (fp32, 0-d)."""

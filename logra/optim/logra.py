@@ -87,6 +87,7 @@ from logra.optim.hyperparameters import (
     common_kl_control,
 )
 from logra.optim.limiter import channel_limit, residual_limit
+from logra.optim.packing import PackedMoments
 from logra.optim.projections import ProjectionBank
 from logra.optim.report import StepReport
 from logra.optim.units import Slot, Unit, is_sketched, partition, slots_with_grad
@@ -138,11 +139,11 @@ class LoGRA(Optimizer):
         predicted_kl_threshold: δ of the step control, in nats per token per step: the largest
             predicted KL(π_before ‖ π_after) a step may cause; None turns the control off.
         seed: seed of the projections; the same on every rank.
-        cache_projections: True keeps P and Q on the device between steps (m·k + n·r fp32
-            numbers per distinct shape; no per-step QR or host-to-device copy); False
-            regenerates them every step, nothing kept outside `optimizer.state`; None (default)
-            caches them for parameters on an accelerator, not for CPU parameters
-            (`logra.optim.projections`: the measurement).
+        cache_projections: True (default) keeps P and Q on the parameters' device between
+            steps, until the next refresh epoch (m·k + n·r fp32 numbers per distinct shape; no
+            per-step QR or host-to-device copy); False regenerates them every step and keeps
+            nothing outside `optimizer.state` (the report's zero persistent memory, and what an
+            offloading trainer needs; `logra.optim.projections`: the measured costs).
         reconstruction: "gain" (default), "nystrom", "blend", "subspace" or "channel"; see
             the module docstring.
         kl_estimator: how KL̂ is predicted, in nats per token (`logra.optim.control`):
@@ -189,7 +190,7 @@ class LoGRA(Optimizer):
         rank: int = 16,
         predicted_kl_threshold: float | None = 0.02,
         seed: int = 0,
-        cache_projections: bool | None = None,
+        cache_projections: bool = True,
         reconstruction: str = "gain",
         kl_estimator: str = "calibrated",
         kl_calibration: float = 1.0,
@@ -227,6 +228,7 @@ class LoGRA(Optimizer):
             kl_drift_window=kl_drift_window,
         )
         self._report = StepReport()
+        self._packings: dict[tuple, PackedMoments] = {}  # the gain families' pinned moments
         super().__init__(params, defaults)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -244,8 +246,8 @@ class LoGRA(Optimizer):
     process_group = _component_attribute(
         "_control", "process_group", "Under DDP, the group the JVP probe averages over.")
     cache_projections = _component_attribute(
-        "projection_bank", "cache", "Which projections are kept between steps (True, False, "
-        "None: on an accelerator only; `logra.optim.projections`).")
+        "projection_bank", "cache", "Whether the projections are kept between steps "
+        "(`logra.optim.projections`).")
     refresh_every = _component_attribute(
         "projection_bank", "refresh_every", "Steps between new projections (None: fixed).")
 
@@ -481,12 +483,25 @@ class LoGRA(Optimizer):
                                  moments=[moments.sketch_moments(st) for st in states])
             key = (id(first.group), int(states[0]["step"].item()), first.shard is None)
             families.setdefault(key, []).append((i, member))
-        for (_, step, _), family in families.items():
+        packings = {}
+        for (_, step, unsharded), family in families.items():
             first = units[family[0][0]].slots[0]
-            factors = gain.family_factors([member for _, member in family], first.group, step,
-                                          gate, reducer(first.shard))
+            members = [member for _, member in family]
+            packed = None
+            if unsharded:  # moments kept as views of the family's buffers (`logra.optim.packing`)
+                states = [self.state[s.param] for i, _ in family for s in units[i].slots]
+                key = (id(first.group), *(id(s.param) for i, _ in family for s in units[i].slots))
+                packed = self._packings.get(key)
+                if packed is None or not packed.is_pinned(states):
+                    packed = PackedMoments.gather([m for member in members
+                                                   for m in member.moments])
+                    packed.pin(states)
+                packings[key] = packed
+            factors = gain.family_factors(members, first.group, step, gate,
+                                          reducer(first.shard), packed)
             for (i, _), factor in zip(family, factors, strict=True):
                 updates[i] = self._gain_update(units[i], sketches[i], factor)
+        self._packings = packings  # a family not stepped now lets its buffers go
         return updates
 
     @staticmethod
@@ -644,5 +659,6 @@ class LoGRA(Optimizer):
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         self._control.load_state_dict(state_dict, settings["kl_drift_window"])
         self.projection_bank.clear()
+        self._packings.clear()  # the loaded moments are packed again at the next step
         super().load_state_dict(state_dict)
         moments.restore_fp32(self.state, self.param_groups, state_dict)

@@ -14,16 +14,17 @@ random projection. The epoch of step t (counted from 1) is ⌊(t − 1) / refres
 `refresh_every` is None (fixed projections).
 
 P and Q are drawn and QR-factored on the CPU (bit-identical on every device) and copied to the
-parameters' device. `cache` (the optimizer's `cache_projections`) says which pairs the bank
-keeps between steps: True keeps each distinct shape's pair there until the next refresh epoch
-(m·k + n·r fp32 numbers per distinct shape, outside `optimizer.state`); False regenerates them
-every step and keeps nothing outside `optimizer.state` (which offloading needs). The default,
-None, caches the projections of parameters on an accelerator and regenerates those of CPU
-parameters: measured on one CPU thread (`optimizer_cost.projection_cost`, r = 16), regenerating
-costs 0.2 ms a step on proxy-1m, 0.6 ms on proxy-16m, 3.7 ms on a Qwen2.5-1.5B layer (1–3 % of
-the step) for a cache of 0.09, 0.33 and 1.4 MB. On a GPU, where a step takes about a
-millisecond, the same CPU QRs and their blocking host-to-device copies are expected to dominate
-it; not measured yet (`python scripts/gpu_checks.py --only projections` on a GPU measures it).
+parameters' device. `cache` (the optimizer's `cache_projections`) says whether the bank keeps
+them between steps: True (the default) keeps each distinct shape's pair on its device until the
+next refresh epoch (m·k + n·r fp32 numbers per distinct shape, outside `optimizer.state`); False
+regenerates them every step and keeps nothing outside `optimizer.state` (the report's "zero
+persistent memory", which offloading needs). Measured on one CPU thread (r = 16, interleaved
+rounds: `figures/optimizer_cost.md`, logra-r16 against logra-r16-regenerate), regenerating
+costs PROXY1M on proxy-1m, PROXY16M on proxy-16m and QWEN on a Qwen2.5-1.5B layer, for a cache
+of 0.09, 0.33 and 1.4 MB. On a GPU,
+where a step takes about a millisecond, the CPU QRs and their blocking host-to-device copies
+are expected to cost more than the step; not measured yet (`python scripts/gpu_checks.py --only
+projections` on a GPU measures it).
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ class ProjectionBank:
     """The projections of every sketched shape at the current refresh epoch, drawn on demand and
     kept between steps as `cache` says (module docstring)."""
 
-    def __init__(self, cache: bool | None, refresh_every: int | None) -> None:
+    def __init__(self, cache: bool, refresh_every: int | None) -> None:
+        if not isinstance(cache, bool):
+            raise TypeError(f"cache_projections must be True or False, got {cache!r}")
         if refresh_every is not None and (not isinstance(refresh_every, int) or refresh_every < 1):
             raise ValueError(f"refresh_every must be a positive int or None, got {refresh_every}")
         self.cache = cache
@@ -103,12 +106,9 @@ class ProjectionBank:
         return projection
 
     def end_step(self) -> None:
-        """End of a step: forget the projections `cache` does not keep (none when True, every
-        one when False; when None, those on the CPU)."""
-        if self.cache is True:
-            return
-        for key in [k for k in self._kept if self.cache is False or k.device == "cpu"]:
-            del self._kept[key]
+        """End of a step: forget every projection unless `cache` keeps them."""
+        if not self.cache:
+            self._kept.clear()
 
     def clear(self) -> None:
         """Forget every projection (a loaded state may be at another epoch)."""
