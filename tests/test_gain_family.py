@@ -16,7 +16,7 @@ from logra.optim import sketch as sk
 from logra.optim.gain import Member, family_factors
 from logra.optim.gate import StepGate
 from logra.optim.moments import SKETCH_MOMENTS
-from logra.optim.packing import PackedMoments
+from logra.optim.packing import DENSE_MOMENTS, PackedMoments
 
 K, R = 4, 3
 # (stack size or None for a single matrix, m, n): widths shared and not, a stack among singles,
@@ -146,7 +146,7 @@ def _stepped(shapes: list[tuple[int, ...]], steps: int, seed: int = 5):
     return params, opt, g
 
 
-SHAPES = [(16, 12), (16, 12), (9, 30), (40, 12), (7,)]
+SHAPES = [(16, 12), (16, 12), (9, 30), (40, 12), (7,), (5,)]
 
 
 def test_the_state_holds_views_of_the_family_buffers() -> None:
@@ -162,6 +162,11 @@ def test_the_state_holds_views_of_the_family_buffers() -> None:
     assert opt.state[sketched[3]]["exp_avg_sq_R"].shape == (40, 3)
     assert sum(opt.state[p][name].nbytes for p in sketched for name in SKETCH_MOMENTS) == \
         4 * 2 * 3 * sum(m + n for m, n in (s for s in SHAPES if len(s) == 2))
+    # the vectors' AdamW moments: two flat buffers, each vector's moments shaped as it
+    vectors = [p for p in params if p.dim() == 1]
+    for name in DENSE_MOMENTS:
+        assert len({opt.state[p][name].untyped_storage().data_ptr() for p in vectors}) == 1
+        assert [opt.state[p][name].shape for p in vectors] == [p.shape for p in vectors]
 
 
 def test_a_checkpoint_and_an_assignment_repack_the_moments() -> None:
@@ -189,8 +194,9 @@ def test_a_checkpoint_and_an_assignment_repack_the_moments() -> None:
                 for p in resumed if p.dim() == 2}) == 1  # packed again
 
     again, opt_again, _ = _stepped(SHAPES, 3)
-    first = again[0]
+    first, vector = again[0], again[-1]
     opt_again.state[first]["exp_avg_L"] = opt_again.state[first]["exp_avg_L"].clone()
+    opt_again.state[vector]["exp_avg_sq"] = opt_again.state[vector]["exp_avg_sq"].clone()
     for a, b in zip(cont(again, opt_again), reference, strict=True):
         assert torch.equal(a, b)
 

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from logra.optim.gate import StepGate
+from logra.optim.packing import FlatMoments
 from logra.optim.sketch import Reduce, energies, identity
 from logra.optim.updates import as_matrix
 
@@ -132,37 +133,38 @@ def _add_weight_decay(delta: Tensor, params: list[Tensor], lr: float, weight_dec
 
 @dataclass(kw_only=True)
 class ForeachDenseUpdate:
-    """AdamW's update of several tensors with the same step count, by `torch._foreach_*`."""
+    """AdamW's update of several tensors with the same step count, on their moments packed in
+    two flat buffers (`logra.optim.packing.FlatMoments`): one kernel per operation."""
 
     params: list[Tensor]
     grads: list[Tensor]  # the gradient buffers (they receive Δ for the JVP estimator)
-    delta: list[Tensor]  # fp32, one per parameter
+    delta: list[Tensor]  # fp32, one per parameter (views of one flat Δ)
     exp_avg_sqs: list[Tensor]
     bias2: float
 
     @classmethod
     def build(
-        cls, params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-        exp_avg_sqs: list[Tensor], step: int, group: dict, gate: StepGate,
+        cls, params: list[Tensor], grads: list[Tensor], moments: FlatMoments, step: int,
+        group: dict, gate: StepGate,
     ) -> ForeachDenseUpdate:
         """Update the moments in place with `grads` (gated: `logra.optim.gate`) and form
         Δ = −lr·(m̂/(√v̂+ε) + λW)."""
         beta1, beta2 = group["betas"]
         lr, weight_decay = float(group["lr"]), group["weight_decay"]
-        values = [g.float() for g in grads]
+        values = torch.cat([g.float().reshape(-1) for g in grads])
         if group["maximize"]:
-            values = torch._foreach_neg(values)
-        gate.update_moments(exp_avgs, exp_avg_sqs, values, beta1, beta2)
+            values.neg_()
+        gate.update_moments([moments.exp_avg], [moments.exp_avg_sq], [values], beta1, beta2)
         bias1, bias2 = 1 - beta1**step, 1 - beta2**step
-        denom = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_div_(denom, math.sqrt(bias2))
-        torch._foreach_add_(denom, group["eps"])
-        delta = torch._foreach_div(exp_avgs, denom)
-        torch._foreach_mul_(delta, -lr / bias1)
+        denom = moments.exp_avg_sq.sqrt().div_(math.sqrt(bias2)).add_(group["eps"])
+        delta = torch.div(moments.exp_avg, denom).mul_(-lr / bias1)
         if weight_decay != 0:
-            torch._foreach_add_(delta, [p.float() for p in params], alpha=-lr * weight_decay)
-        return cls(params=params, grads=grads, delta=delta, exp_avg_sqs=exp_avg_sqs,
-                   bias2=bias2)
+            delta.add_(torch.cat([p.float().reshape(-1) for p in params]),
+                       alpha=-lr * weight_decay)
+        views = [d.view_as(p) for d, p in zip(delta.split([p.numel() for p in params]), params,
+                                               strict=True)]
+        return cls(params=params, grads=grads, delta=views,
+                   exp_avg_sqs=[v for _, v in moments.views], bias2=bias2)
 
     def predicted_fisher(self) -> Tensor:
         """Σ v̂ Δ² = Σ ‖√v Δ‖² / (1−β₂ᵗ)."""

@@ -17,9 +17,9 @@ ones stacked by width (B × k × n), the moments lie in buffers of the same layo
 kernels on the whole family, and each matrix reads its factors as views.
 
 Every operation is the per-matrix one on the same numbers: the elementwise ones give each
-element the same result wherever it lies, and a row's or column's reduction runs in the same order in
-the concatenation as alone (measured for widths 1–18,992, ranks 4–64), so the factors are
-bit for bit those of a matrix taken alone (tests/test_gain_family.py).
+element the same result wherever it lies, and a row's or column's reduction runs in the same
+order in the concatenation as alone (measured for widths 1–18,992, ranks 4–64), so the factors
+are bit for bit those of a matrix taken alone (tests/test_gain_family.py).
 
 Under FSDP2 the matrices hold row shards: R, ρ, s are this rank's rows and the sums Σρ of a
 family are all-reduced together (one all-reduce).

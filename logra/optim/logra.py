@@ -87,7 +87,7 @@ from logra.optim.hyperparameters import (
     common_kl_control,
 )
 from logra.optim.limiter import channel_limit, residual_limit
-from logra.optim.packing import PackedMoments
+from logra.optim.packing import FlatMoments, PackedMoments
 from logra.optim.projections import ProjectionBank
 from logra.optim.report import StepReport
 from logra.optim.units import Slot, Unit, is_sketched, partition, slots_with_grad
@@ -228,7 +228,9 @@ class LoGRA(Optimizer):
             kl_drift_window=kl_drift_window,
         )
         self._report = StepReport()
-        self._packings: dict[tuple, PackedMoments] = {}  # the gain families' pinned moments
+        # the pinned moments of gain families and dense units (`logra.optim.packing`), by unit
+        self._packings: dict[tuple, PackedMoments | FlatMoments] = {}
+        self._next_packings: dict[tuple, PackedMoments | FlatMoments] = {}
         super().__init__(params, defaults)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -470,6 +472,7 @@ class LoGRA(Optimizer):
         rules that yield their Δ, in unit order. The gain rule's sketched units of one group and
         step count are taken together (`logra.optim.gain`); the others one unit at a time."""
         updates: list = [None] * len(units)
+        self._next_packings = {}
         families: dict[tuple, list[tuple[int, gain.Member]]] = {}
         for i, (unit, sketch) in enumerate(zip(units, sketches, strict=True)):
             first = unit.slots[0]
@@ -483,7 +486,6 @@ class LoGRA(Optimizer):
                                  moments=[moments.sketch_moments(st) for st in states])
             key = (id(first.group), int(states[0]["step"].item()), first.shard is None)
             families.setdefault(key, []).append((i, member))
-        packings = {}
         for (_, step, unsharded), family in families.items():
             first = units[family[0][0]].slots[0]
             members = [member for _, member in family]
@@ -496,12 +498,12 @@ class LoGRA(Optimizer):
                     packed = PackedMoments.gather([m for member in members
                                                    for m in member.moments])
                     packed.pin(states)
-                packings[key] = packed
+                self._next_packings[key] = packed
             factors = gain.family_factors(members, first.group, step, gate,
                                           reducer(first.shard), packed)
             for (i, _), factor in zip(family, factors, strict=True):
                 updates[i] = self._gain_update(units[i], sketches[i], factor)
-        self._packings = packings  # a family not stepped now lets its buffers go
+        self._packings = self._next_packings  # a unit not stepped now lets its buffers go
         return updates
 
     @staticmethod
@@ -625,13 +627,25 @@ class LoGRA(Optimizer):
     def _foreach_dense_update(
         self, slots: list[Slot], gate: StepGate
     ) -> batched.ForeachDenseUpdate:
-        """AdamW's moments of dense tensors with one step count by foreach ops; their rule."""
+        """AdamW's moments of dense tensors with one step count, packed flat (pinned as views of
+        the buffers, or packed into copies for the step under FSDP2); their rule."""
         states = [moments.dense_state(self.state[s.param], s.param) for s in slots]
-        return batched.ForeachDenseUpdate.build(
-            [s.weight for s in slots], [s.grad for s in slots],
-            [local(st["exp_avg"]) for st in states], [local(st["exp_avg_sq"]) for st in states],
-            int(states[0]["step"].item()), slots[0].group, gate,
-        )
+        own = [local(st["exp_avg"]) for st in states], [local(st["exp_avg_sq"]) for st in states]
+        sharded = slots[0].shard is not None
+        key = (id(slots[0].group), *(id(s.param) for s in slots))
+        packed = None if sharded else self._packings.get(key)
+        if packed is None or not packed.is_pinned(states):
+            packed = FlatMoments.gather(*own)
+            if not sharded:
+                packed.pin(states)
+        if not sharded:
+            self._next_packings[key] = packed
+        update = batched.ForeachDenseUpdate.build(
+            [s.weight for s in slots], [s.grad for s in slots], packed,
+            int(states[0]["step"].item()), slots[0].group, gate)
+        if sharded:
+            packed.scatter(*own)
+        return update
 
     # ------------------------------------------------------------------ checkpoints
 

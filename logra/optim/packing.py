@@ -1,4 +1,4 @@
-"""The sketch moments of a gain family packed in a few buffers: one kernel per Adam operation.
+"""Moments packed in a few buffers, so that one kernel does an Adam operation for many tensors.
 
 A family (`logra.optim.gain`) holds F sketched matrices W_1 … W_F (a stacked unit contributes
 its B matrices, consecutively) with moments m_L, v_L (k×n_f) and m_R, v_R (m_f×r). Packed:
@@ -19,6 +19,9 @@ whose moments cannot be views (FSDP2's DTensor shards) is packed into copies for
 copied back (`gather`, `scatter`). Elementwise kernels give every element the same result
 wherever it lies in a tensor, so a packed family updates its moments bit for bit as matrix by
 matrix (tests/test_gain_family.py).
+
+The dense tensors of a batched unit (1-D weights and biases with one step count) pack the same
+way into two flat buffers (`FlatMoments`).
 """
 
 from __future__ import annotations
@@ -72,11 +75,57 @@ class PackedMoments:
 
     def is_pinned(self, states: list[dict[str, Any]]) -> bool:
         """Whether each matrix's state still holds this packing's views (`pin`)."""
-        return len(states) == len(self.views) and all(
-            state[name] is view for state, views in zip(states, self.views, strict=True)
-            for name, view in zip(SKETCH_MOMENTS, views, strict=True))
+        return _is_pinned(states, SKETCH_MOMENTS, self.views)
 
     def pin(self, states: list[dict[str, Any]]) -> None:
         """Make each matrix's moments in `states` (plain tensors) views into the buffers."""
-        for state, views in zip(states, self.views, strict=True):
-            state.update(zip(SKETCH_MOMENTS, views, strict=True))
+        _pin(states, SKETCH_MOMENTS, self.views)
+
+
+DENSE_MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+@dataclass(kw_only=True)
+class FlatMoments:
+    """AdamW's moments of several dense tensors (one step count: a batched dense unit) in two
+    flat buffers of Σ numel numbers, the tensors in order; each tensor's moments are views
+    shaped as it. Pinned and checked as `PackedMoments` are."""
+
+    exp_avg: Tensor  # Σ numel
+    exp_avg_sq: Tensor
+    views: list[tuple[Tensor, Tensor]]  # each tensor's (exp_avg, exp_avg_sq)
+
+    @classmethod
+    def gather(cls, exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor]) -> FlatMoments:
+        """New buffers holding copies of the moments."""
+        exp_avg, exp_avg_sq = (torch.cat([t.reshape(-1) for t in side])
+                               for side in (exp_avgs, exp_avg_sqs))
+        sizes = [t.numel() for t in exp_avgs]
+        views = [(a.view_as(t), b.view_as(t)) for a, b, t in zip(
+            exp_avg.split(sizes), exp_avg_sq.split(sizes), exp_avgs, strict=True)]
+        return cls(exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, views=views)
+
+    def scatter(self, exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor]) -> None:
+        """Copy the buffers back into each tensor's own moments (after a `gather`)."""
+        for (a, b), own_a, own_b in zip(self.views, exp_avgs, exp_avg_sqs, strict=True):
+            own_a.copy_(a)
+            own_b.copy_(b)
+
+    def is_pinned(self, states: list[dict[str, Any]]) -> bool:
+        return _is_pinned(states, DENSE_MOMENTS, self.views)
+
+    def pin(self, states: list[dict[str, Any]]) -> None:
+        _pin(states, DENSE_MOMENTS, self.views)
+
+
+def _is_pinned(states: list[dict[str, Any]], names: tuple[str, ...],
+               views: list[tuple[Tensor, ...]]) -> bool:
+    return len(states) == len(views) and all(
+        state[name] is view for state, own in zip(states, views, strict=True)
+        for name, view in zip(names, own, strict=True))
+
+
+def _pin(states: list[dict[str, Any]], names: tuple[str, ...],
+         views: list[tuple[Tensor, ...]]) -> None:
+    for state, own in zip(states, views, strict=True):
+        state.update(zip(names, own, strict=True))
