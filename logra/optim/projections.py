@@ -20,8 +20,8 @@ next refresh epoch (m·k + n·r fp32 numbers per distinct shape, outside `optimi
 regenerates them every step and keeps nothing outside `optimizer.state` (the report's "zero
 persistent memory", which offloading needs). Measured on one CPU thread (r = 16, interleaved
 rounds: `figures/optimizer_cost.md`, logra-r16 against logra-r16-regenerate), regenerating
-costs PROXY1M on proxy-1m, PROXY16M on proxy-16m and QWEN on a Qwen2.5-1.5B layer, for a cache
-of 0.09, 0.33 and 1.4 MB. On a GPU,
+costs 0.67 ms a step on proxy-1m (14 % of its step), 0.2 ms on proxy-16m and 0.8 ms on a
+Qwen2.5-1.5B layer (under 1 %), for a cache of 0.09, 0.33 and 1.4 MB. On a GPU,
 where a step takes about a millisecond, the CPU QRs and their blocking host-to-device copies
 are expected to cost more than the step; not measured yet (`python scripts/gpu_checks.py --only
 projections` on a GPU measures it).

@@ -1,0 +1,57 @@
+"""scripts/step_floor.py: its eager floor is LoGRA's gain step, and it measures on a proxy."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from logra.experiments import optimizer_cost as oc
+from logra.optim import LoGRA
+from logra.paths import checkout_root
+
+SCRIPT = checkout_root() / "scripts" / "step_floor.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("step_floor", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_floor_takes_logra_s_gain_step() -> None:
+    """Three steps of the floor and of LoGRA (gain, control off) from the same weights and
+    gradients end at the same weights to fp32 round-off: the floor is the same arithmetic."""
+    floor_script = load_script()
+    floor_model, logra_model = oc.build_case("proxy-1m"), oc.build_case("proxy-1m")
+    floor = floor_script.FloorStep(floor_model)
+    logra = LoGRA(logra_model.parameters(), lr=floor_script.LR, rank=floor_script.RANK,
+                  weight_decay=floor_script.WEIGHT_DECAY, predicted_kl_threshold=None,
+                  foreach=True)
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=generator) for p in floor_model.parameters()]
+        oc._set_grads(floor_model, grads)
+        oc._set_grads(logra_model, grads)
+        floor.step()
+        logra.step()
+    moved = 0.0
+    for a, b, start in zip(floor_model.parameters(), logra_model.parameters(),
+                           oc.build_case("proxy-1m").parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+        moved = max(moved, (b - start).abs().max().item())
+    assert moved > 1e-5  # the steps moved the weights
+
+
+def test_the_script_measures_every_phase() -> None:
+    times = load_script().measure("proxy-1m", rounds=2)
+    assert {"adamw", "floor", "logra", "  work list and sketches", "  finiteness flag",
+            "  moments and Δ", "  W ← W + Δ"} == set(times)
+    assert all(ms > 0 for ms in times.values())
+
+
+def test_the_floor_refuses_a_matrix_logra_would_not_sketch() -> None:
+    with pytest.raises(ValueError, match=r"a \(32, 32\) matrix is too small to sketch"):
+        load_script().FloorStep(oc.build_case("smoke"))
