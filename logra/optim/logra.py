@@ -489,16 +489,11 @@ class LoGRA(Optimizer):
         for (_, step, unsharded), family in families.items():
             first = units[family[0][0]].slots[0]
             members = [member for _, member in family]
-            packed = None
-            if unsharded:  # moments kept as views of the family's buffers (`logra.optim.packing`)
-                states = [self.state[s.param] for i, _ in family for s in units[i].slots]
-                key = (id(first.group), *(id(s.param) for i, _ in family for s in units[i].slots))
-                packed = self._packings.get(key)
-                if packed is None or not packed.is_pinned(states):
-                    packed = PackedMoments.gather([m for member in members
-                                                   for m in member.moments])
-                    packed.pin(states)
-                self._next_packings[key] = packed
+            packed = None  # FSDP2 shards: family_factors packs copies for the step
+            if unsharded:
+                slots = [s for i, _ in family for s in units[i].slots]
+                packed = self._pinned(first.group, slots, PackedMoments.gather,
+                                      [m for member in members for m in member.moments])
             factors = gain.family_factors(members, first.group, step, gate,
                                           reducer(first.shard), packed)
             for (i, _), factor in zip(family, factors, strict=True):
@@ -632,20 +627,28 @@ class LoGRA(Optimizer):
         states = [moments.dense_state(self.state[s.param], s.param) for s in slots]
         own = [local(st["exp_avg"]) for st in states], [local(st["exp_avg_sq"]) for st in states]
         sharded = slots[0].shard is not None
-        key = (id(slots[0].group), *(id(s.param) for s in slots))
-        packed = None if sharded else self._packings.get(key)
-        if packed is None or not packed.is_pinned(states):
-            packed = FlatMoments.gather(*own)
-            if not sharded:
-                packed.pin(states)
-        if not sharded:
-            self._next_packings[key] = packed
+        packed = (FlatMoments.gather(*own) if sharded
+                  else self._pinned(slots[0].group, slots, FlatMoments.gather, *own))
         update = batched.ForeachDenseUpdate.build(
             [s.weight for s in slots], [s.grad for s in slots], packed,
             int(states[0]["step"].item()), slots[0].group, gate)
         if sharded:
             packed.scatter(*own)
         return update
+
+    def _pinned(self, group: dict[str, Any], slots: list[Slot],
+                gather: Callable[..., PackedMoments | FlatMoments],
+                *moments: list) -> PackedMoments | FlatMoments:
+        """The packing of a unit's moments (`logra.optim.packing`): last step's while the slots'
+        states still hold its views, else `gather(*moments)` and pinned; kept for next step."""
+        key = (id(group), *(id(s.param) for s in slots))
+        states = [self.state[s.param] for s in slots]
+        packed = self._packings.get(key)
+        if packed is None or not packed.is_pinned(states):
+            packed = gather(*moments)
+            packed.pin(states)
+        self._next_packings[key] = packed
+        return packed
 
     # ------------------------------------------------------------------ checkpoints
 
