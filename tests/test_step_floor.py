@@ -45,6 +45,28 @@ def test_the_floor_takes_logra_s_gain_step() -> None:
     assert moved > 1e-5  # the steps moved the weights
 
 
+def test_the_phases_take_logra_s_own_step() -> None:
+    """The phases, called in order, are LoGRA's step: the same weights and state bit for bit,
+    so their times split the step being benchmarked, not another one."""
+    floor_script = load_script()
+    models = [oc.build_case("proxy-1m") for _ in range(2)]
+    optimizers = [LoGRA(m.parameters(), lr=1e-3, rank=16, predicted_kl_threshold=None)
+                  for m in models]
+    generator = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=generator) for p in models[0].parameters()]
+        for model in models:
+            oc._set_grads(model, grads)
+        optimizers[0].step()
+        with torch.no_grad():
+            floor_script.logra_phases(optimizers[1])
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+        theirs = optimizers[1].state[b]
+        for name, value in optimizers[0].state[a].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(theirs[name])), name
+
+
 def test_the_script_measures_every_phase() -> None:
     times = load_script().measure("proxy-1m", rounds=2)
     assert {"adamw", "floor", "logra", "  work list and sketches", "  finiteness flag",
