@@ -6,6 +6,7 @@ survive a checkpoint and a user's assignment."""
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -198,6 +199,75 @@ def test_a_checkpoint_and_an_assignment_repack_the_moments() -> None:
     opt_again.state[first]["exp_avg_L"] = opt_again.state[first]["exp_avg_L"].clone()
     opt_again.state[vector]["exp_avg_sq"] = opt_again.state[vector]["exp_avg_sq"].clone()
     for a, b in zip(cont(again, opt_again), reference, strict=True):
+        assert torch.equal(a, b)
+
+
+def _mlp_and_logra(seed: int, widths: tuple[int, ...]) -> tuple[nn.Module, LoGRA]:
+    torch.manual_seed(seed)
+    layers = [nn.Linear(a, b) for a, b in itertools.pairwise(widths)]
+    model = nn.Sequential(*layers)
+    return model, LoGRA(model.parameters(), lr=1e-2, rank=3, weight_decay=0.1,
+                        predicted_kl_threshold=None)
+
+
+def _train_mlp(model: nn.Module, opt: LoGRA, steps: range) -> None:
+    for step in steps:
+        x = torch.randn(8, model[0].in_features, generator=torch.Generator().manual_seed(step))
+        opt.zero_grad(set_to_none=True)
+        torch.tanh(model(x)).square().mean().backward()
+        opt.step()
+
+
+def test_a_distributed_checkpoint_of_packed_moments_resumes_and_writes_each_once(
+    tmp_path,
+) -> None:
+    """torch.distributed.checkpoint (one process, the state_dict helpers DDP users call) saves
+    the packed state's views as their own tensors: the checkpoint is as large as one of the same
+    state held in separate tensors (no view writes its family's whole buffer), and a model and
+    optimizer built from another seed, loaded from it, continue bit for bit."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    widths = (12, 16, 16, 16, 9)  # three matrices, two of one shape: views of shared buffers
+    warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+
+    def saved_bytes(model: nn.Module, opt: LoGRA, directory) -> int:
+        dcp.save({"model": get_model_state_dict(model),
+                  "optim": get_optimizer_state_dict(model, opt)}, checkpoint_id=directory)
+        return sum(f.stat().st_size for f in directory.glob("*.distcp"))  # the tensor data
+
+    model, opt = _mlp_and_logra(0, widths)
+    _train_mlp(model, opt, range(3))
+    weights = [p.detach().clone() for p in model.parameters()]
+    shared = {opt.state[p]["exp_avg_R"].untyped_storage().data_ptr()
+              for p in model.parameters() if p.dim() == 2}
+    assert len(shared) == 1  # the state holds views of one buffer
+    packed_bytes = saved_bytes(model, opt, tmp_path / "packed")
+    assert packed_bytes >= sum(t.nbytes for s in opt.state.values() for t in s.values()
+                               if torch.is_tensor(t))
+
+    separate, separate_opt = _mlp_and_logra(0, widths)
+    separate.load_state_dict(model.state_dict())
+    separate_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # separate tensors until a step
+    assert saved_bytes(separate, separate_opt, tmp_path / "separate") == packed_bytes
+
+    _train_mlp(model, opt, range(3, 6))
+    resumed, resumed_opt = _mlp_and_logra(1, widths)
+    state = {"model": get_model_state_dict(resumed),
+             "optim": get_optimizer_state_dict(resumed, resumed_opt)}
+    dcp.load(state, checkpoint_id=tmp_path / "packed")
+    set_model_state_dict(resumed, state["model"])
+    set_optimizer_state_dict(resumed, resumed_opt, state["optim"])
+    assert all(torch.equal(p, w) for p, w in zip(resumed.parameters(), weights, strict=True))
+    _train_mlp(resumed, resumed_opt, range(3, 6))
+    for a, b in zip(resumed.parameters(), model.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
