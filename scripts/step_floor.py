@@ -51,7 +51,8 @@ def logra_phases(optimizer: LoGRA) -> dict[str, float]:
     gate = StepGate(all_finite(checked, None))
     times["finiteness flag"] = time.perf_counter() - start
     start = time.perf_counter()
-    updates = optimizer._updates(units, sketches, gate)
+    with optimizer._packings.step():
+        updates = optimizer._updates(units, sketches, gate)
     times["moments and Δ"] = time.perf_counter() - start
     start = time.perf_counter()
     for update in updates:

@@ -17,7 +17,7 @@ from logra.optim import sketch as sk
 from logra.optim.gain import Member, family_factors
 from logra.optim.gate import StepGate
 from logra.optim.moments import SKETCH_MOMENTS
-from logra.optim.packing import DENSE_MOMENTS, PackedMoments
+from logra.optim.packing import DENSE_MOMENTS, FlatMoments, PackedMoments
 
 K, R = 4, 3
 # (stack size or None for a single matrix, m, n): widths shared and not, a stack among singles,
@@ -331,3 +331,24 @@ def test_the_gate_masks_as_where_does(ok: bool) -> None:
     masked = x.clone()
     assert gate.mask_(masked) is masked
     assert torch.equal(masked, expected)
+
+
+def test_a_unit_not_stepped_lets_its_buffers_go_and_a_failed_step_keeps_them() -> None:
+    """The packings kept between steps are those of the units stepped last; a step that raises
+    keeps the previous step's, so the next step reuses them."""
+    params, opt, g = _stepped(SHAPES, 2)
+    kept = dict(opt._packings._kept)
+    assert len(kept) == 2  # the gain family and the batched vectors
+    with pytest.raises(RuntimeError, match="in the step"), opt._packings.step():
+        opt._packings.pinned(("other",), [{}], FlatMoments.gather, [torch.zeros(2)],
+                             [torch.zeros(2)])
+        raise RuntimeError("in the step")
+    assert opt._packings._kept == kept
+    for p in params[:-2]:  # the vectors get no gradient: their unit is not stepped
+        p.grad = torch.randn(p.shape, generator=g)
+    for p in params[-2:]:
+        p.grad = None
+    opt.step()
+    assert len(opt._packings._kept) == 1
+    assert next(iter(opt._packings._kept.values())) is next(
+        v for v in kept.values() if isinstance(v, PackedMoments))  # reused, not packed again

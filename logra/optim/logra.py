@@ -87,7 +87,7 @@ from logra.optim.hyperparameters import (
     common_kl_control,
 )
 from logra.optim.limiter import channel_limit, residual_limit
-from logra.optim.packing import FlatMoments, PackedMoments
+from logra.optim.packing import FlatMoments, PackedMoments, Packings
 from logra.optim.projections import ProjectionBank
 from logra.optim.report import StepReport
 from logra.optim.units import Slot, Unit, is_sketched, partition, slots_with_grad
@@ -229,8 +229,7 @@ class LoGRA(Optimizer):
         )
         self._report = StepReport()
         # the pinned moments of gain families and dense units (`logra.optim.packing`), by unit
-        self._packings: dict[tuple, PackedMoments | FlatMoments] = {}
-        self._next_packings: dict[tuple, PackedMoments | FlatMoments] = {}
+        self._packings = Packings()  # the moments' buffers, kept between steps
         super().__init__(params, defaults)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -363,7 +362,8 @@ class LoGRA(Optimizer):
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
                    for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])]
         gate = StepGate(all_finite(checked, mesh))
-        updates = self._updates(units, sketches, gate)
+        with self._packings.step():  # a unit not stepped now lets its buffers go
+            updates = self._updates(units, sketches, gate)
         self.projection_bank.end_step()
         if threshold is None:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
@@ -472,7 +472,6 @@ class LoGRA(Optimizer):
         rules that yield their Δ, in unit order. The gain rule's sketched units of one group and
         step count are taken together (`logra.optim.gain`); the others one unit at a time."""
         updates: list = [None] * len(units)
-        self._next_packings = {}
         families: dict[tuple, list[tuple[int, gain.Member]]] = {}
         for i, (unit, sketch) in enumerate(zip(units, sketches, strict=True)):
             first = unit.slots[0]
@@ -498,7 +497,6 @@ class LoGRA(Optimizer):
                                           reducer(first.shard), packed)
             for (i, _), factor in zip(family, factors, strict=True):
                 updates[i] = self._gain_update(units[i], sketches[i], factor)
-        self._packings = self._next_packings  # a unit not stepped now lets its buffers go
         return updates
 
     @staticmethod
@@ -641,14 +639,8 @@ class LoGRA(Optimizer):
                 *moments: list) -> PackedMoments | FlatMoments:
         """The packing of a unit's moments (`logra.optim.packing`): last step's while the slots'
         states still hold its views, else `gather(*moments)` and pinned; kept for next step."""
-        key = (id(group), *(id(s.param) for s in slots))
-        states = [self.state[s.param] for s in slots]
-        packed = self._packings.get(key)
-        if packed is None or not packed.is_pinned(states):
-            packed = gather(*moments)
-            packed.pin(states)
-        self._next_packings[key] = packed
-        return packed
+        return self._packings.pinned((id(group), *(id(s.param) for s in slots)),
+                                     [self.state[s.param] for s in slots], gather, *moments)
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -26,6 +26,8 @@ way into two flat buffers (`FlatMoments`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +118,41 @@ class FlatMoments:
 
     def pin(self, states: list[dict[str, Any]]) -> None:
         _pin(states, DENSE_MOMENTS, self.views)
+
+
+class Packings:
+    """Each unit's packing kept from one step to the next, keyed by the caller (a group and the
+    unit's parameters). Inside `step()`, `pinned` reuses a unit's packing while its states still
+    hold the packing's views, else gathers the states' values into new buffers and pins them;
+    when the step ends, only the packings used in it are kept, so a unit not stepped lets its
+    buffers go (a step that raises keeps the previous step's)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, PackedMoments | FlatMoments] = {}
+        self._used: dict[tuple, PackedMoments | FlatMoments] = {}
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        self._used = {}
+        yield
+        self._kept, self._used = self._used, {}
+
+    def pinned(self, key: tuple, states: list[dict[str, Any]],
+               gather: Callable[..., PackedMoments | FlatMoments],
+               *moments: list) -> PackedMoments | FlatMoments:
+        """The packing of the unit `key` whose moments live in `states`: last step's while
+        still pinned, else `gather(*moments)` pinned into `states`."""
+        packed = self._kept.get(key)
+        if packed is None or not packed.is_pinned(states):
+            packed = gather(*moments)
+            packed.pin(states)
+        self._used[key] = packed
+        return packed
+
+    def clear(self) -> None:
+        """Forget every packing (the states' moments are packed again when next stepped)."""
+        self._kept.clear()
+        self._used.clear()
 
 
 def _is_pinned(states: list[dict[str, Any]], names: tuple[str, ...],
