@@ -173,7 +173,8 @@ def reproduce(scale: str, only: list[str] | None = None,
     `results_dir` None: each experiment's own (`results/` of the project). `rewrite_readme`
     None rewrites the project README's claims block at the default scale only.
     Stops at the first failure, keeping every figure and executed notebook already written.
-    A complete run (`only` None) also writes its wall times as FIGURES/reproduce_time_SCALE.
+    A complete run (`only` None) also writes its wall times as FIGURES/reproduce_time_SCALE; a
+    partial one updates its notebooks' rows of that table if there is one (`save_wall_times`).
     """
     names = ordered(only)
     check_scale(scale, names)
@@ -202,24 +203,41 @@ def reproduce(scale: str, only: list[str] | None = None,
         log(f"[{i}/{len(names)}] {name} done in {seconds[name]:.0f} s")
     if only is None:
         save_wall_times(seconds, scale, figures)
+    elif (figures / f"reproduce_time_{scale}.csv").exists():
+        save_wall_times({k: v for k, v in seconds.items() if k != "prepare"}, scale, figures,
+                        update=True)
     log(f"figures and tables in {figures}; executed notebooks in {executed_dir}")
     return seconds
 
 
-def save_wall_times(seconds: dict[str, float], scale: str, figures_dir: str | os.PathLike) -> None:
+def save_wall_times(seconds: dict[str, float], scale: str, figures_dir: str | os.PathLike,
+                    update: bool = False) -> None:
     """FIGURES/reproduce_time_SCALE.{csv,md}: seconds and minutes per step and in total, with
-    the machine's CPU count and the date, so the reported wall time is an artifact of the run."""
+    the machine's CPU count and the date, so the reported wall time is an artifact of the run.
+
+    `update`: replace only these steps' rows of the existing table (a partial reproduction; the
+    other rows keep their own date and CPU count) and sum the total again."""
     import datetime
 
     import pandas as pd
 
     from logra.experiments import report
 
-    frame = pd.DataFrame({"step": [*seconds, "total"],
-                          "seconds": [*seconds.values(), sum(seconds.values())]})
-    frame["minutes"] = frame["seconds"] / 60
-    frame["scale"] = scale
+    frame = pd.DataFrame({"step": list(seconds), "seconds": list(seconds.values())})
     frame["cpus"] = os.cpu_count()
     frame["date"] = datetime.date.today().isoformat()
+    frame["scale"] = scale
+    if update:
+        kept = pd.read_csv(Path(figures_dir) / f"reproduce_time_{scale}.csv")
+        kept = kept[~kept["step"].isin([*seconds, "total"])]
+        order = {step: i for i, step in enumerate(["prepare", *ordered()])}
+        frame = pd.concat([kept.drop(columns="minutes"), frame])
+        frame = frame.sort_values("step", key=lambda s: s.map(order), kind="stable")
+    total = pd.DataFrame({"step": ["total"], "seconds": [frame["seconds"].sum()],
+                          "cpus": [os.cpu_count()], "date": [frame["date"].max()],
+                          "scale": [scale]})
+    frame = pd.concat([frame, total], ignore_index=True)
+    frame["minutes"] = frame["seconds"] / 60
+    frame = frame[["step", "seconds", "minutes", "scale", "cpus", "date"]]
     report.save_table(frame.round({"seconds": 1, "minutes": 2}), f"reproduce_time_{scale}",
                       figures_dir)
