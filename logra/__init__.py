@@ -1,8 +1,10 @@
 """LoGRA reproduction kit: low-rank gradient sketches with predicted-KL step control."""
 
-from logra import quiet
+from logra import provenance, quiet  # noqa: F401  provenance: read below
 
 quiet.install()  # before any import of tqdm.auto, peft or bitsandbytes
+# `provenance` has read the package's sources on import, before any of them ran: the code
+# that keys cached results is the code this process loaded
 
 from logra.optim import LoGRA, RandomProjectionAdam  # noqa: E402
 

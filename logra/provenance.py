@@ -14,12 +14,17 @@ caches; any change to code the runs execute, or an upgrade of one of those libra
 another fingerprint and the result is computed again. `TRAINING_CODE` is the code every
 training run goes through (the optimizers, models, data, RL loop); an experiment adds its own
 modules.
+
+The fingerprint is of the code as the process loaded it (the package's sources are read when
+`logra.provenance` is imported). If a file changes on disk while the process runs (an edit in
+JupyterLab, with or without autoreload), the process's code and the files no longer agree, and
+the next `fingerprint` raises `CodeChanged` naming the file instead of caching results under a
+name that may not be theirs. Restart the process.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import hashlib
 import importlib.metadata
 from pathlib import Path
@@ -35,21 +40,65 @@ COMPUTING_LIBRARIES = ("torch", "transformers", "peft", "datasets", "math-verify
                        "galore-torch", "apollo-torch", "bitsandbytes", "fira", "adam-mini")
 
 
+class CodeChanged(RuntimeError):
+    """The code on disk changed since this process loaded it (module docstring)."""
+
+
+def _loaded_modules() -> dict[Path, tuple[int, int, str]]:
+    """Each module file of the package -> (mtime, size, source) as this process found it."""
+    found = {}
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        stat = path.stat()
+        found[path] = (stat.st_mtime_ns, stat.st_size, path.read_text())
+    return found
+
+
+_LOADED = _loaded_modules()  # when logra is imported: the code this process runs
+_FINGERPRINTS: dict[tuple[str, ...], tuple[tuple, str]] = {}  # parts -> (file stats, digest)
+
+
 def fingerprint(*parts: str) -> str:
     """16 hex digits naming the code in `TRAINING_CODE` and `parts` (paths relative to the
-    package, a module file or a package directory) and the computing libraries' versions."""
-    return _fingerprint(tuple(sorted({*TRAINING_CODE, *parts})))
-
-
-@functools.cache
-def _fingerprint(parts: tuple[str, ...]) -> str:
+    package, a module file or a package directory) as this process loaded it, and the computing
+    libraries' versions. Raises CodeChanged if a file of that code has changed since (beyond
+    its docstrings, comments and layout)."""
+    key = tuple(sorted({*TRAINING_CODE, *parts}))
+    files = _modules(key)
+    stats = tuple((path, *_stat(path)) for path in files)
+    memo = _FINGERPRINTS.get(key)
+    if memo is not None and memo[0] == stats:
+        return memo[1]
     digest = hashlib.sha256()
-    for path in _modules(parts):
+    for path in files:
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode())
-        digest.update(code_tree(path.read_text()).encode())
+        digest.update(_loaded_tree(path).encode())
     for name in COMPUTING_LIBRARIES:
         digest.update(f"{name}=={_version(name)}".encode())
-    return digest.hexdigest()[:16]
+    _FINGERPRINTS[key] = (stats, digest.hexdigest()[:16])
+    return _FINGERPRINTS[key][1]
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _loaded_tree(path: Path) -> str:
+    """The syntax tree of `path` as this process loaded it (a file first seen now: as it is);
+    CodeChanged if the file's code differs now."""
+    if path not in _LOADED:
+        _LOADED[path] = (*_stat(path), path.read_text())
+    mtime, size, source = _LOADED[path]
+    tree = code_tree(source)
+    if (mtime, size) != _stat(path):
+        if code_tree(path.read_text()) != tree:
+            raise CodeChanged(
+                f"logra's code changed on disk while this process ran "
+                f"({path.relative_to(PACKAGE_ROOT).as_posix()}): the results it would cache "
+                "could come from either version. Restart the process (in Jupyter: restart the "
+                "kernel).")
+        _LOADED[path] = (*_stat(path), source)  # touched, or docstrings and comments edited
+    return tree
 
 
 def _modules(parts: tuple[str, ...]) -> list[Path]:

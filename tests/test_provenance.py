@@ -38,26 +38,46 @@ def package(tmp_path, monkeypatch):
             (tmp_path / part / "step.py").write_text("def step():\n    return 1\n")
     (tmp_path / "experiment.py").write_text(MODULE)
     monkeypatch.setattr(provenance, "PACKAGE_ROOT", tmp_path)
-    provenance._fingerprint.cache_clear()
+    monkeypatch.setattr(provenance, "_LOADED", {})
+    monkeypatch.setattr(provenance, "_FINGERPRINTS", {})
     yield tmp_path
-    provenance._fingerprint.cache_clear()
+
+
+def _new_process() -> None:
+    provenance._LOADED.clear()
+    provenance._FINGERPRINTS.clear()
 
 
 def test_the_fingerprint_follows_the_code_it_covers(package, monkeypatch) -> None:
     base, with_experiment = provenance.fingerprint(), provenance.fingerprint("experiment.py")
     assert base != with_experiment and len(base) == 16
     (package / "experiment.py").write_text(MODULE.replace("Twice x.", "Double."))
-    provenance._fingerprint.cache_clear()
+    _new_process()
     assert provenance.fingerprint("experiment.py") == with_experiment  # a docstring only
     (package / "rl" / "step.py").write_text("def step():\n    return 2\n")
-    provenance._fingerprint.cache_clear()
+    _new_process()
     assert provenance.fingerprint() != base  # the training code changed
     changed = provenance.fingerprint()
     monkeypatch.setattr(provenance, "_version", lambda name: "9.9" if name == "torch" else "1")
-    provenance._fingerprint.cache_clear()
+    _new_process()
     assert provenance.fingerprint() != changed  # another torch
     with pytest.raises(FileNotFoundError, match=r"'missing\.py'"):
         provenance.fingerprint("missing.py")
+
+
+def test_a_process_whose_code_changes_on_disk_is_stopped(package) -> None:
+    """The fingerprint is the code as the process loaded it: touching a file or editing a
+    docstring keeps it; a change to code raises, naming the file, until a new process."""
+    first = provenance.fingerprint("experiment.py")
+    (package / "experiment.py").write_text(MODULE.replace("Twice x.", "x, doubled, returned."))
+    assert provenance.fingerprint("experiment.py") == first
+    (package / "optim" / "step.py").write_text("def step():\n    return 10\n")
+    with pytest.raises(provenance.CodeChanged, match=r"optim/step\.py.*restart the kernel"):
+        provenance.fingerprint("experiment.py")
+    with pytest.raises(provenance.CodeChanged):
+        provenance.fingerprint()  # a key first asked for now: still the code as loaded
+    _new_process()  # a new process
+    assert provenance.fingerprint("experiment.py") != first
 
 
 def test_the_real_package_fingerprints() -> None:
