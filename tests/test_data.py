@@ -3,6 +3,8 @@ the task registry."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import re
 from fractions import Fraction
@@ -212,3 +214,29 @@ def test_the_registry_describes_every_task_once() -> None:
                       hub={"train": registry.HubSplit("a/b", "train")})
     with pytest.raises(ValueError, match=r"unknown task 'nope'; valid tasks"):
         get_task("nope")
+
+
+# SHA-256 (first 16 hex digits) of each generated split as load_task writes it, per
+# GENERATOR_VERSION: the cached splits (results/data/<task>/<synth_key>/) and the shipped
+# proxy-1m's warm-up are keyed by that version, not by the generators' code.
+GENERATED = {2: {("gsm-synth", "train", 20_000): "7eb56c3f77fec169",
+                 ("gsm-synth", "test", 500): "b898213e63cafb88",
+                 ("gsm-synth", "test", 1_000): "1ba558a558210948",
+                 ("math-synth", "train", 20_000): "caa98e29c2fb3495",
+                 ("math-synth", "test", 500): "648c465e8158bc6d"}}
+
+
+def test_the_generated_splits_are_those_their_version_names() -> None:
+    """A change to the generators' output must come with a new GENERATOR_VERSION, or a cache
+    of the old splits (and the shipped warm-up) would be read as the new ones."""
+    assert synth.GENERATOR_VERSION in GENERATED, (
+        f"record the digests of GENERATOR_VERSION {synth.GENERATOR_VERSION} in GENERATED")
+    for (task, split, n), expected in GENERATED[synth.GENERATOR_VERSION].items():
+        rows = splits.generate(task, split, tasks.SYNTH_SEED, n, tasks.SYNTH_SIZES["test"],
+                               tasks.SYNTH_SIZES["train"])
+        text = "".join(json.dumps(row) + "\n" for row in rows)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        assert digest == expected, (
+            f"{task} {split} ({n} rows) is no longer what GENERATOR_VERSION "
+            f"{synth.GENERATOR_VERSION} names: bump synth.GENERATOR_VERSION (which regenerates "
+            "the cached splits; rebuild and ship proxy-1m again) and record the new digests")
