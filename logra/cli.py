@@ -65,14 +65,11 @@ def _pinned_rerun(pin: str, argv: list[str]) -> int | None:
     """Under `--pin`: run this command again in a fresh process whose environment holds the
     pin's variables (`logra.models.determinism`: they must be set before torch loads, which this
     process has done) and return its exit status; None when this process is that one."""
-    from logra.experiments.jobs import available_cpus
     from logra.models.determinism import pinned_environment
 
-    pinned = {**pinned_environment(pin, threads=available_cpus()), PIN_MARK: pin}
+    pinned = {**pinned_environment(pin), PIN_MARK: pin}  # threads: the pin's, not the machine's
     if os.environ.get(PIN_MARK) == pin:
-        unset = [key for key, value in pinned.items()
-                 if key not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-                 and os.environ.get(key) != value]
+        unset = [key for key, value in pinned.items() if os.environ.get(key) != value]
         if unset:
             print(f"error: {PIN_MARK}={pin} but {', '.join(unset)} differ from the pin's",
                   file=sys.stderr)
@@ -201,9 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "moved outside its tolerance")
     rep.add_argument("--pin", choices=["avx2", "strict"],
                      help="pin torch's CPU floating point (instruction set, MKL path, threads) so "
-                          "that x86 machines give bit-identical runs: avx2 for any CPU since "
-                          "~2015, strict for older ones, about 2x slower; the committed figures "
-                          "were made without a pin (README: What reproduces where)")
+                          "that runs repeat bit for bit across thread counts and, by MKL's "
+                          "reproducibility contract, Intel CPUs: avx2 for any x86 CPU since "
+                          "~2015 (make reproduce's default on x86), strict for older ones, about "
+                          "2x slower; notebook 10's committed figures were made under avx2, the "
+                          "others without a pin (README: What reproduces where)")
     rep.set_defaults(func=_reproduce, parser=rep)
 
     pre = commands.add_parser("prepare", help="build a proxy policy (cached) or check a hub scale")

@@ -16,7 +16,7 @@ import yaml
 
 import logra
 from logra import cli, notebooks, paths
-from logra.models.determinism import pinned_environment
+from logra.models.determinism import PIN_THREADS, pinned_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -235,12 +235,15 @@ def test_pin_reruns_the_command_in_a_process_under_the_pinned_environment(monkey
         return subprocess.CompletedProcess(command, 3)
 
     monkeypatch.setattr(cli.subprocess, "run", run)
+    monkeypatch.setattr("logra.experiments.jobs.available_cpus", lambda: 16)
     argv = ["reproduce", "--pin", "avx2", "--scale", "smoke", "--only", "02_memory"]
     assert cli.main(argv) == 3
     [(command, env)] = calls
     assert command == [sys.executable, "-m", "logra.cli", *argv]
     assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["MKL_CBWR"] == "AVX2,STRICT"
     assert env[cli.PIN_MARK] == "avx2"
+    # the thread count is the pin's, not the machine's: an SVD sums by thread count
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(PIN_THREADS) == "2"
 
 
 def test_under_its_pin_the_command_reproduces_in_process(monkeypatch, executed, tmp_path,
@@ -253,6 +256,11 @@ def test_under_its_pin_the_command_reproduces_in_process(monkeypatch, executed, 
     assert [name for name, *_ in executed] == ["02_memory"]
     assert "CPU floating point pinned (strict): ATEN_CPU_CAPABILITY=default" in \
         capsys.readouterr().out
+    monkeypatch.setenv("OMP_NUM_THREADS", "16")  # the mark without the pin's threads: refused
+    assert cli.main(["reproduce", "--pin", "strict", "--scale", "smoke", "--only", "02_memory",
+                     "--results-dir", str(tmp_path)]) == 1
+    assert "OMP_NUM_THREADS differ from the pin's" in capsys.readouterr().err
+    monkeypatch.setenv("OMP_NUM_THREADS", str(PIN_THREADS))
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")  # the mark without the pin: refused
     assert cli.main(["reproduce", "--pin", "strict", "--scale", "smoke", "--only", "02_memory",
                      "--results-dir", str(tmp_path)]) == 1

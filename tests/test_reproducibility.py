@@ -17,7 +17,7 @@ import pytest
 
 from logra import check
 from logra.models import SCALES, build, prepare
-from logra.models.determinism import pinned_environment
+from logra.models.determinism import PIN_THREADS, pinned_environment
 from logra.models.rebuild import RebuildTolerance, compare_builds
 from logra.models.rebuild import main as rebuild_main
 
@@ -124,7 +124,8 @@ def test_pins_name_their_settings_and_reject_bad_input() -> None:
     strict = pinned_environment("strict", threads=2)
     assert strict == {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE,STRICT",
                       "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
-    assert pinned_environment("avx2")["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert pinned_environment("avx2") == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
+                                          "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
     with pytest.raises(ValueError, match="unknown pin 'avx512'"):
         pinned_environment("avx512")
     with pytest.raises(ValueError, match="threads"):
@@ -137,7 +138,7 @@ def test_the_strict_pin_reaches_torch_in_a_fresh_process() -> None:
         [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability(), "
                                "torch.get_num_threads())"],
         env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["DEFAULT", "1"]
+    assert out == ["DEFAULT", str(PIN_THREADS)]
 
 
 def test_the_warm_up_probe_is_deterministic_in_one_setting(load_script, data_dir) -> None:

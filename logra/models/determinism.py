@@ -14,8 +14,13 @@ Two pins:
 * `"strict"`: ATen's `default` kernels (no explicit SIMD) and MKL's `COMPATIBLE` path, for
   CPUs without AVX2; about twice as slow (110 s against 56 s for 40 warm-up steps here).
 
-The thread count is pinned too (`OMP_NUM_THREADS`, `MKL_NUM_THREADS`), and MKL's `STRICT` mode
-asks its GEMMs for the same result whatever the thread count.
+The thread count is pinned too (`OMP_NUM_THREADS`, `MKL_NUM_THREADS`: `PIN_THREADS`, the
+reference machine's two, whatever the machine's core count). MKL's `STRICT` mode gives its GEMMs
+the same result whatever the thread count, but only them (?gemm, ?symm, ?hemm, ?trsm: oneMKL
+Developer Guide, "Reproducibility Conditions"); an SVD or a QR repeats only at a fixed count:
+Fira's SFT runs of notebook 10 end 0.9-1.4 % apart with two torch threads instead of one. The
+kit's training workers run one thread each; the pinned count is for what a notebook computes in
+its own process.
 
 Measured (scripts/warmup_determinism.py --matrix: 40 warm-up steps of proxy-1m, SHA-256 of the
 weights, on a 2-core AMD EPYC with AVX-512, torch 2.13 CPU with MKL 2024.2): ATen's instruction
@@ -28,13 +33,15 @@ hash. What this machine cannot show: a CPU of another vendor or generation under
 
 from __future__ import annotations
 
+PIN_THREADS = 2  # threads of a pinned process: the reference machine's cores
+
 PINS: dict[str, dict[str, str]] = {
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"},
     "strict": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE,STRICT"},
 }
 
 
-def pinned_environment(pin: str = "avx2", threads: int = 1) -> dict[str, str]:
+def pinned_environment(pin: str = "avx2", threads: int = PIN_THREADS) -> dict[str, str]:
     """The environment variables of pin `pin` (a key of `PINS`) with `threads` threads."""
     if pin not in PINS:
         raise ValueError(f"unknown pin {pin!r}; valid pins: {list(PINS)}")
