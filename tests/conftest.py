@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 from pathlib import Path
@@ -10,6 +11,25 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
+
+FIGURES = Path(__file__).resolve().parents[1] / "figures"
+
+
+def _figures_digest() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(FIGURES.glob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def committed_figures_untouched():
+    """No test writes into the committed figures/ (a stubbed reproduce at the default scale
+    points there): the session fails at teardown naming any file that changed."""
+    before = _figures_digest()
+    yield
+    after = _figures_digest()
+    changed = sorted(name for name in before.keys() | after.keys()
+                     if before.get(name) != after.get(name))
+    assert not changed, f"the test session changed figures/: {changed}"
 
 
 def _check_figure(path: Path) -> None:

@@ -40,6 +40,12 @@ def executed(monkeypatch) -> list[tuple[str, dict, Path]]:
     monkeypatch.setattr(notebooks, "execute",
                         lambda name, params, executed_dir: calls.append((name, params,
                                                                          Path(executed_dir))))
+    # a stubbed default-scale run must not write its (empty) wall times into figures/
+    save = notebooks.save_wall_times
+    monkeypatch.setattr(notebooks, "save_wall_times",
+                        lambda seconds, scale, figures_dir, **kw: None
+                        if Path(figures_dir).resolve() == REPO / "figures"
+                        else save(seconds, scale, figures_dir, **kw))
     return calls
 
 
