@@ -8,6 +8,9 @@ BIN     = $(VENV)/bin
 # The package itself only asks for torch>=2.4.
 TORCH_CPU ?= torch==2.13.0
 SCALE ?= default
+# torch's CPU floating point pinned to one code path (README: What reproduces where); only x86
+# has one to pin. `make reproduce PIN=` runs unpinned.
+PIN ?= $(if $(filter x86_64 amd64,$(shell uname -m)),avx2,)
 
 .PHONY: install test lint reproduce clean
 
@@ -31,7 +34,7 @@ test: install lint
 	$(BIN)/python -m pytest -q
 
 reproduce: install
-	$(BIN)/logra-repro reproduce --scale $(SCALE)
+	$(BIN)/logra-repro reproduce --scale $(SCALE) $(if $(PIN),--pin $(PIN))
 
 clean:
 	rm -rf $(VENV) build *.egg-info
