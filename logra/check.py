@@ -10,13 +10,16 @@ the fresh file of the same name, by the rule the tolerance file gives its column
 * `report`: changes are listed and never fail (prose with numbers in it, wall times).
 
 The tolerance file (YAML) maps file-name patterns to a rule for the whole file or to
-`{default: RULE, columns: {column pattern: RULE}, key: [COLUMN, ...]}`; the first pattern that
-matches a file applies, column patterns are `fnmatch` patterns too, first match wins. A file no
-pattern covers is compared exactly, and the report says so. Rows are compared in order, or, with
-a `key`, matched by their key columns: then a row only one of the two tables has is listed and
-does not fail (a learning-rate sweep extends its grid past an edge optimum, so where a near-tie
-moves the optimum on another CPU the sweep gains or loses a row; the choice itself is compared
-in the summary tables).
+`{default: RULE, columns: {column pattern: RULE}, key: [COLUMN, ...], rows: [{where: {COLUMN:
+VALUE, ...}, rule: RULE}, ...]}`; the first pattern that matches a file applies, column patterns
+are `fnmatch` patterns too, first match wins. A `rows` entry gives the rows whose committed cells
+read VALUE in every named column their own rule for the columns that have a tolerance (their
+numbers), e.g. a method whose result is round-off amplified by design; exact columns stay exact.
+A file no pattern covers is compared exactly, and the report says so. Rows are compared in
+order, or, with a `key`, matched by their key columns: then a row only one of the two tables has
+is listed and does not fail (a learning-rate sweep extends its grid past an edge optimum, so
+where a near-tie moves the optimum on another CPU the sweep gains or loses a row; the choice
+itself is compared in the summary tables).
 
     python -m logra.check                       # figures/ against the figures of git HEAD
     python -m logra.check FRESH --committed DIR --tolerances figures/tolerances.yaml
@@ -84,12 +87,20 @@ class FileRules:
     default: Rule
     columns: tuple[tuple[str, Rule], ...] = ()
     key: tuple[str, ...] = ()
+    rows: tuple[tuple[tuple[tuple[str, str], ...], Rule], ...] = ()  # (column, value)s -> rule
 
     def rule(self, column: str) -> Rule:
         for pattern, rule in self.columns:
             if column == pattern or fnmatch.fnmatchcase(column, pattern):
                 return rule
         return self.default
+
+    def row_rule(self, row: pd.Series) -> Rule | None:
+        """The rule of the first `rows` entry whose values `row` (committed) holds, if any."""
+        for where, rule in self.rows:
+            if all(column in row and row[column] == value for column, value in where):
+                return rule
+        return None
 
 
 def load_tolerances(path: str | Path = TOLERANCES) -> dict[str, FileRules]:
@@ -100,8 +111,8 @@ def load_tolerances(path: str | Path = TOLERANCES) -> dict[str, FileRules]:
     rules: dict[str, FileRules] = {}
     for pattern, spec in raw["files"].items():
         where = f"{path}: {pattern}"
-        if isinstance(spec, dict) and set(spec) & {"columns", "default", "key"}:
-            unknown = set(spec) - {"default", "columns", "key"}
+        if isinstance(spec, dict) and set(spec) & {"columns", "default", "key", "rows"}:
+            unknown = set(spec) - {"default", "columns", "key", "rows"}
             if unknown:
                 raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
             key = spec.get("key") or []
@@ -110,10 +121,25 @@ def load_tolerances(path: str | Path = TOLERANCES) -> dict[str, FileRules]:
             columns = tuple((str(col), parse_rule(rule, f"{where}: {col}"))
                             for col, rule in (spec.get("columns") or {}).items())
             rules[pattern] = FileRules(parse_rule(spec.get("default", "exact"), where), columns,
-                                       tuple(key))
+                                       tuple(key), _row_rules(spec.get("rows") or [], where))
         else:
             rules[pattern] = FileRules(parse_rule(spec, where))
     return rules
+
+
+def _row_rules(entries: object, where: str) -> tuple:
+    """The `rows` entries: [{where: {column: value}, rule: RULE}, ...] as FileRules.rows."""
+    if not isinstance(entries, list):
+        raise ValueError(f"{where}: rows must be a list of {{where, rule}} entries")
+    rows = []
+    for entry in entries:
+        if (not isinstance(entry, dict) or set(entry) != {"where", "rule"}
+                or not isinstance(entry["where"], dict) or not entry["where"]):
+            raise ValueError(f"{where}: a rows entry is {{where: {{COLUMN: VALUE}}, rule: RULE}}, "
+                             f"got {entry!r}")
+        match = tuple((str(column), str(value)) for column, value in entry["where"].items())
+        rows.append((match, parse_rule(entry["rule"], f"{where}: rows {dict(match)}")))
+    return tuple(rows)
 
 
 def rules_for(name: str, tolerances: dict[str, FileRules]) -> FileRules | None:
@@ -259,13 +285,17 @@ def compare_table(name: str, committed: pd.DataFrame, fresh: pd.DataFrame,
     if len(committed) != len(fresh):
         return f"{name}: {len(committed)} rows committed, {len(fresh)} fresh"
     changes = []
+    row_rules = [rules.row_rule(row) for _, row in committed.iterrows()]
     for column in committed.columns:
         rule = rules.rule(column)
         change = ColumnChange(name, column, rule)
         for row, (old, new) in enumerate(zip(committed[column], fresh[column], strict=True)):
             if old == new:
                 continue
-            within, move, rel = compare_cell(old, new, rule)
+            cell_rule = rule
+            if rule.kind == "tolerance" and row_rules[row] is not None:
+                cell_rule = row_rules[row]
+            within, move, rel = compare_cell(old, new, cell_rule)
             change.cells += 1
             change.outside += not within
             if change.cells == 1 or move > change.max_abs or (not within and change.outside == 1):

@@ -281,6 +281,30 @@ def test_a_key_in_the_tolerance_file_is_a_list_of_columns(tmp_path) -> None:
         check.load_tolerances(path)
 
 
+def test_a_rows_rule_reports_the_numbers_of_the_rows_it_names(tmp_path) -> None:
+    """A method whose numbers are round-off amplified by design is listed, not failed; the
+    other rows keep the column's tolerance, and the exact columns stay exact everywhere."""
+    path = tmp_path / "tolerances.yaml"
+    path.write_text("files:\n  errors.csv:\n    default: {rel: 0.001}\n"
+                    "    columns: {method: exact}\n"
+                    "    rows: [{where: {method: rtol0}, rule: report}]\n")
+    rules = check.load_tolerances(path)
+    for directory, errors in (("old", [0.62, 0.50]), ("new", [0.87, 0.50])):
+        (tmp_path / directory).mkdir()
+        pd.DataFrame({"method": ["rtol0", "truncated"], "error": errors}).to_csv(
+            tmp_path / directory / "errors.csv", index=False)
+    assert check.check_figures(tmp_path / "new", tmp_path / "old", rules).ok
+    pd.DataFrame({"method": ["rtol0", "truncated"], "error": [0.87, 0.51]}).to_csv(
+        tmp_path / "new" / "errors.csv", index=False)  # the other row still has its tolerance
+    assert not check.check_figures(tmp_path / "new", tmp_path / "old", rules).ok
+    pd.DataFrame({"method": ["rtol1", "truncated"], "error": [0.62, 0.50]}).to_csv(
+        tmp_path / "new" / "errors.csv", index=False)  # the row's own exact column
+    assert not check.check_figures(tmp_path / "new", tmp_path / "old", rules).ok
+    path.write_text("files:\n  errors.csv: {rows: [{method: rtol0}]}\n")
+    with pytest.raises(ValueError, match="a rows entry is"):
+        check.load_tolerances(path)
+
+
 def test_the_command_line_exits_by_the_verdict(tmp_path, capsys) -> None:
     old = write_tables(tmp_path / "old")
     rules = tmp_path / "tolerances.yaml"
