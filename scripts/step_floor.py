@@ -1,6 +1,6 @@
 """Where a LoGRA step's time goes on a model of many small matrices, and how low eager can go.
 
-Two measurements on one CPU thread, each against `torch.optim.AdamW(foreach=True)` on the same
+Measurements on one CPU thread, each against `torch.optim.AdamW(foreach=True)` on the same
 gradients in the same run (median over rounds):
 
     phases  LoGRA.step (gain rule, control off) split into its phases, timed by calling them
@@ -13,8 +13,13 @@ gradients in the same run (median over rounds):
             small matrices a lower bound on what an eager step of the same arithmetic costs
             (on large ones the stacked copies cost more than LoGRA's cache-blocked loop:
             proxy-16m floor 1.18×, LoGRA 0.68×)
+    sketch GEMMs   the floor's gradient stacks and sketch GEMMs alone: what no rewrite of the
+            rest of the step removes
+    floor, compiled  (--compiled) the floor's step through `torch.compile` (inductor, one
+            graph): what compiling the same arithmetic buys on this CPU
 
     python scripts/step_floor.py                  # proxy-1m, 100 rounds
+    python scripts/step_floor.py --compiled       # and the compiled floor
     python scripts/step_floor.py --case proxy-16m --rounds 20
 
 docs/design.md §1.5 quotes it.
@@ -63,9 +68,12 @@ def logra_phases(optimizer: LoGRA) -> dict[str, float]:
 
 
 class FloorStep:
-    """The gain rule on one model's fixed layout (module docstring): the eager lower bound."""
+    """The gain rule on one model's fixed layout (module docstring): the eager lower bound, or
+    with `compiled=True` the same arithmetic through `torch.compile` (inductor, one graph; each
+    matrix's W ← W + Δ − lr·λ·W written as one expression, which inductor fuses into one pass,
+    where eager does best with two foreach adds over the stack)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, compiled: bool = False) -> None:
         params = list(model.parameters())
         self.vectors = [p for p in params if p.dim() < 2]
         self.stacks: dict[tuple[int, int], list[nn.Parameter]] = {}
@@ -86,22 +94,35 @@ class FloorStep:
         self.m_R, self.v_R = torch.zeros(rows, RANK), torch.zeros(rows, RANK)
         numel = sum(v.numel() for v in self.vectors)
         self.m, self.v = torch.zeros(numel), torch.zeros(numel)
-        self.t = 0
+        # a tensor, so that a compiled step is not specialized to (and recompiled at) each count;
+        # fp64 as Python computes LoGRA's bias corrections
+        self.t = torch.zeros((), dtype=torch.float64)
+        self.compiled = compiled
+        self._update = torch.compile(self._step, fullgraph=True) if compiled else self._step
 
     @torch.no_grad()
     def step(self) -> None:
+        self._update()
+
+    @torch.no_grad()
+    def sketch_gemms(self) -> None:
+        """Only the step's gradient stacks and sketches L = Pᵀ G, R = G Q (a part of `step`)."""
+        for shape, ps in self.stacks.items():
+            G = torch.stack([p.grad for p in ps])
+            torch.matmul(self.P[shape].T, G)
+            torch.matmul(G, self.Q[shape])
+
+    def _step(self) -> None:
         self.t += 1
         (beta1, beta2), lr = BETAS, LR
         bias1, bias2 = 1 - beta1**self.t, 1 - beta2**self.t
-        R = torch.empty_like(self.m_R)
-        grads, lefts, row = {}, {}, 0
+        grads, lefts, rights = {}, {}, []
         for shape, ps in self.stacks.items():
             G = torch.stack([p.grad for p in ps])
             grads[shape] = G
             lefts[shape] = torch.matmul(self.P[shape].T, G)
-            torch.matmul(G, self.Q[shape], out=R[row:row + G.shape[0] * shape[0]].view(
-                G.shape[0], shape[0], RANK))
-            row += G.shape[0] * shape[0]
+            rights.append(torch.matmul(G, self.Q[shape]).view(-1, RANK))
+        R = torch.cat(rights)
         moments = [(self.m_R, self.v_R, R)] + [(self.m_L[s], self.v_L[s], lefts[s])
                                                 for s in self.stacks]
         for m, v, x in moments:
@@ -114,6 +135,11 @@ class FloorStep:
             col_gain = _gain(self.m_L[shape], self.v_L[shape], lefts[shape], -2, bias1, bias2)
             rows = row_gain[row:row + G.shape[0] * shape[0]].view(G.shape[0], shape[0])
             row += G.shape[0] * shape[0]
+            if self.compiled:  # one expression per matrix: inductor makes it one pass
+                for i, p in enumerate(ps):
+                    delta = G[i] * (rows[i, :, None] * -lr) * col_gain[i, None, :]
+                    p.add_(delta.add_(p, alpha=-lr * WEIGHT_DECAY))
+                continue
             delta = G.mul_(rows[:, :, None] * -lr).mul_(col_gain[:, None, :])
             torch._foreach_add_(list(delta.unbind(0)), ps, alpha=-lr * WEIGHT_DECAY)
             torch._foreach_add_(ps, list(delta.unbind(0)))
@@ -126,24 +152,29 @@ class FloorStep:
         torch._foreach_add_(self.vectors, list(delta.split([v.numel() for v in self.vectors])))
 
 
-def _gain(m: Tensor, v: Tensor, x: Tensor, dim: int, bias1: float, bias2: float) -> Tensor:
+def _gain(m: Tensor, v: Tensor, x: Tensor, dim: int, bias1: Tensor, bias2: Tensor) -> Tensor:
     u = (m / bias1).div_((v / bias2).sqrt_().add_(EPS))
     return (u.square().sum(dim).sqrt_() / x.square().sum(dim).sqrt_()).sqrt_()
 
 
-def measure(case: str, rounds: int) -> dict[str, float]:
-    """Median milliseconds of AdamW foreach, LoGRA's step, its phases and the floor."""
+def measure(case: str, rounds: int, compiled: bool = False) -> dict[str, float]:
+    """Median milliseconds of AdamW foreach, LoGRA's step, its phases, the floor, the floor's
+    sketch GEMMs alone and (`compiled`) the compiled floor, whose compilation happens in the
+    warm-up rounds."""
     torch.set_num_threads(1)
     template = oc.build_case(case)
     generator = torch.Generator().manual_seed(1)
     grads = [torch.randn(p.shape, generator=generator) * 1e-3 for p in template.parameters()]
-    models = {name: oc.build_case(case) for name in ("adamw", "logra", "floor")}
+    names = ["adamw", "logra", "floor", "sketch GEMMs"] + (["floor, compiled"] if compiled else [])
+    models = {name: oc.build_case(case) for name in names}
     adamw = torch.optim.AdamW(models["adamw"].parameters(), lr=LR, foreach=True)
     logra = LoGRA(models["logra"].parameters(), lr=LR, rank=RANK, predicted_kl_threshold=None)
-    floor = FloorStep(models["floor"])
     steps: dict[str, Callable[[], object]] = {
-        "adamw": adamw.step, "floor": floor.step,
+        "adamw": adamw.step, "floor": FloorStep(models["floor"]).step,
+        "sketch GEMMs": FloorStep(models["sketch GEMMs"]).sketch_gemms,
         "logra": lambda: logra_phases(logra)}
+    if compiled:
+        steps["floor, compiled"] = FloorStep(models["floor, compiled"], compiled=True).step
     samples: dict[str, list[float]] = {}
     for round_ in range(rounds + 3):
         for name, step in steps.items():
@@ -157,6 +188,10 @@ def measure(case: str, rounds: int) -> dict[str, float]:
             samples.setdefault(name, []).append(elapsed)
             for phase, seconds in (phases.items() if name == "logra" else ()):
                 samples.setdefault(f"  {phase}", []).append(seconds)
+    if compiled:  # the same gradients, as many steps: the timing is of the same arithmetic
+        for eager, fused in zip(models["floor"].parameters(),
+                                models["floor, compiled"].parameters(), strict=True):
+            torch.testing.assert_close(fused, eager, rtol=1e-5, atol=1e-7)
     return {name: 1e3 * statistics.median(values) for name, values in samples.items()}
 
 
@@ -164,8 +199,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", default="proxy-1m", help="a case of optimizer_cost")
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--compiled", action="store_true",
+                        help="also the floor through torch.compile (tens of seconds to compile)")
     args = parser.parse_args()
-    times = measure(args.case, args.rounds)
+    times = measure(args.case, args.rounds, args.compiled)
     base = times["adamw"]
     print(f"{args.case}, one thread, median of {args.rounds} rounds (ms, × AdamW foreach)")
     for name, ms in times.items():
