@@ -330,6 +330,26 @@ def test_every_committed_table_has_a_rule_and_matches_itself() -> None:
     assert report.ok and report.identical == names
 
 
+def test_a_partial_reproduction_s_wall_times_are_listed_not_failed(tmp_path) -> None:
+    """`reproduce --only` adds a notebook's row to the committed wall-time table, and a full run
+    has every notebook's: the committed tolerances list rows only one table has, and a step's
+    seconds are reported, not compared."""
+    old, new = tmp_path / "committed", tmp_path / "fresh"
+    old.mkdir()
+    new.mkdir()
+    header = "step,seconds,minutes,scale,cpus,date\n"
+    (old / "reproduce_time_default.csv").write_text(
+        header + "prepare,576.3,9.6,default,2,2026-11-29\ntotal,576.3,9.6,default,2,2026-11-29\n")
+    (new / "reproduce_time_default.csv").write_text(
+        header + "prepare,12.0,0.2,default,16,2026-12-02\n09_kl_control,900.0,15.0,default,16,"
+        "2026-12-02\ntotal,912.0,15.2,default,16,2026-12-02\n")
+    report = check.check_figures(new, old, check.load_tolerances())
+    assert report.ok, report.format()
+    assert report.unmatched_rows == [
+        "reproduce_time_default.csv: fresh only: ('09_kl_control',)"]
+    assert {c.column for c in report.changes} == {"seconds", "minutes", "cpus", "date"}
+
+
 def test_the_committed_figures_of_a_git_revision(tmp_path) -> None:
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
