@@ -201,8 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "that runs repeat bit for bit across thread counts and, by MKL's "
                           "reproducibility contract, Intel CPUs: avx2 for any x86 CPU since "
                           "~2015 (make reproduce's default on x86), strict for older ones, about "
-                          "2x slower; notebook 10's committed figures were made under avx2, the "
-                          "others without a pin (README: What reproduces where)")
+                          "2x slower; every committed figure but notebook 07's wall times was "
+                          "made under avx2 (README: What reproduces where)")
     rep.set_defaults(func=_reproduce, parser=rep)
 
     pre = commands.add_parser("prepare", help="build a proxy policy (cached) or check a hub scale")
