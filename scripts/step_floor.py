@@ -106,23 +106,26 @@ class FloorStep:
 
     @torch.no_grad()
     def sketch_gemms(self) -> None:
-        """Only the step's gradient stacks and sketches L = Pᵀ G, R = G Q (a part of `step`)."""
-        for shape, ps in self.stacks.items():
-            G = torch.stack([p.grad for p in ps])
-            torch.matmul(self.P[shape].T, G)
-            torch.matmul(G, self.Q[shape])
+        """Only the first part of `step`: the gradient stacks and their sketches."""
+        self._sketches()
 
-    def _step(self) -> None:
-        self.t += 1
-        (beta1, beta2), lr = BETAS, LR
-        bias1, bias2 = 1 - beta1**self.t, 1 - beta2**self.t
+    def _sketches(self) -> tuple[dict[tuple[int, int], Tensor], dict[tuple[int, int], Tensor],
+                                 Tensor]:
+        """The gradients stacked by shape (B×m×n), their L = Pᵀ G (B×k×n) by shape, and every
+        R = G Q concatenated by rows (Σ B·m × r)."""
         grads, lefts, rights = {}, {}, []
         for shape, ps in self.stacks.items():
             G = torch.stack([p.grad for p in ps])
             grads[shape] = G
             lefts[shape] = torch.matmul(self.P[shape].T, G)
             rights.append(torch.matmul(G, self.Q[shape]).view(-1, RANK))
-        R = torch.cat(rights)
+        return grads, lefts, torch.cat(rights)
+
+    def _step(self) -> None:
+        self.t += 1
+        (beta1, beta2), lr = BETAS, LR
+        bias1, bias2 = 1 - beta1**self.t, 1 - beta2**self.t
+        grads, lefts, R = self._sketches()
         moments = [(self.m_R, self.v_R, R)] + [(self.m_L[s], self.v_L[s], lefts[s])
                                                 for s in self.stacks]
         for m, v, x in moments:
