@@ -418,3 +418,27 @@ def test_batched_and_loop_paths_agree(kwargs: dict, atol: float) -> None:
     nn.functional.cross_entropy(stacked(x), y).backward()
     units = partition(slots_with_grad(stacked_opt.param_groups), stacked_opt.state)
     assert any(u.batched and u.sketched and len(u.slots) > 1 for u in units)
+
+
+def seeded_projections(*seeds: int, shape: tuple[int, int] = (48, 40)) -> list[tuple]:
+    """(P, Q) of one matrix per seed, each in its own param group, after a step (rank 4,
+    oversample 2: P is 48×6, Q 40×4)."""
+    params = [nn.Parameter(torch.zeros(shape)) for _ in seeds]
+    opt = LoGRA([dict(params=[p], seed=s) for p, s in zip(params, seeds, strict=True)], lr=1e-3,
+                rank=4, oversample=2, predicted_kl_threshold=None)
+    for p in params:
+        p.grad = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    opt.step()
+    return [opt.projections(p) for p in params]
+
+
+def test_each_projection_follows_its_group_s_seed() -> None:
+    """The same seed draws the same P and Q, in one optimizer or two; another seed draws both
+    anew (a Q drawn from a fixed seed would keep one side of every sketch the same)."""
+    (P3, Q3), (P5, Q5), (P3_again, Q3_again) = seeded_projections(3, 5, 3)
+    ((P3_alone, Q3_alone),) = seeded_projections(3)
+    assert P3.shape == (48, 6) and Q3.shape == (40, 4)
+    for same in ((P3, P3_again), (Q3, Q3_again), (P3, P3_alone), (Q3, Q3_alone)):
+        assert torch.equal(*same)
+    # distinct random projections: far from equal, not just different in the last bit
+    assert (P3 - P5).abs().max() > 0.1 and (Q3 - Q5).abs().max() > 0.1
