@@ -1,9 +1,11 @@
 """The optimizer registry: every optimizer the kit trains with, by name, built one way.
 
 Each entry (`OptimizerSpec`) says how to build the optimizer over a model's trainable parameters
-from a settings mapping, which package it needs, its label and colour in figures, and whether
-`rank` sizes its state. Every experiment reads this one table, so adding a baseline is one entry
-here (plus the formula in `logra.memory.state` if its bytes are to be counted from shapes alone).
+from a settings mapping, which package it needs, its label and colour in figures, and what it is
+(sized by `rank`, refreshing a projection, wrapping the model, KL-controlled). Every experiment
+reads this one table through `logra.methods`, where each optimizer is a method and presets of
+them are more (adding a baseline is one entry here, plus the formula in `logra.memory.state` if
+its bytes are to be counted from shapes alone).
 
     adamw        torch.optim.AdamW on every parameter (the dense baseline)
     adamw8bit    bitsandbytes AdamW8bit (Dettmers et al. 2022): block-wise 8-bit moments
@@ -81,6 +83,8 @@ class OptimizerSpec:
     ranked: bool = False  # `rank` sizes its state (sketches, projections, adapters)
     projected: bool = False  # refreshes a projection every `projection_gap` steps
     wraps_model: bool = False  # trains adapters (`wrap_model`), not the model's own weights
+    kl_control: bool = False  # has LoGRA's predicted-KL step control (`predicted_kl_threshold`,
+    # `kl_drift_budget`); the trainer feeds it through `logra.optim.KLControlled`
 
 
 def _trainable(model: nn.Module) -> list[tuple[str, Tensor]]:
@@ -185,9 +189,9 @@ REGISTRY: dict[str, OptimizerSpec] = {spec.name: spec for spec in (
                   package=("fira", "fira")),
     OptimizerSpec("lora", "LoRA", "tab:purple", _adamw, ranked=True, wraps_model=True),
     OptimizerSpec("naive", "naive projection", "tab:gray", _naive, ranked=True),
-    OptimizerSpec("logra", "LoGRA", "tab:red", _logra, ranked=True),
+    OptimizerSpec("logra", "LoGRA", "tab:red", _logra, ranked=True, kl_control=True),
     OptimizerSpec("adamw-kl", "AdamW + KL control", "tab:blue",
-                  lambda model, s: _logra(model, s, sketch=False)),
+                  lambda model, s: _logra(model, s, sketch=False), kl_control=True),
 )}
 OPTIMIZERS = tuple(REGISTRY)
 

@@ -41,9 +41,9 @@ from logra import io
 from logra.config import load_config
 from logra.data import get_task
 from logra.experiments import grpo_runs
-from logra.experiments.grpo_runs import METHODS
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import ClaimRow
+from logra.methods import METHODS, palette
 from logra.models import SCALES
 from logra.rl import config as grpo
 from logra.rl import run_grpo, runner
@@ -406,14 +406,14 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     dots = seeds (seaborn's barplot and swarmplot), dashed = before RL."""
     models, tasks, methods = cfg["models"], cfg["eval_tasks"], cfg["methods"]
     labels = [METHODS[m].label for m in methods]
-    palette = {METHODS[m].label: METHODS[m].color for m in methods}
+    colors = palette(methods)
     runs = frame[frame["method"].isin(methods)]
     runs = runs.assign(label=runs["method"].map(lambda m: METHODS[m].label),
                        percent=100 * runs["accuracy"])
     grid = sns.FacetGrid(runs, row="model", col="task", row_order=models, col_order=tasks,
                          height=3.8, aspect=5.5 / 3.8, sharex=False, sharey=False, despine=False)
     by_method = dict(x="label", y="percent", hue="label", order=labels, hue_order=labels,
-                     palette=palette, legend=False)
+                     palette=colors, legend=False)
     grid.map_dataframe(sns.barplot, **by_method, errorbar=None, saturation=1, alpha=0.35)
     # swarmplot, not stripplot: its dots sit side by side only where they would overlap, the
     # same on every run (stripplot's jitter draws from numpy's global random state)
@@ -430,7 +430,7 @@ def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
         ax.set(xlabel="", ylabel="held-out greedy pass@1 (%)")
         ax.set_title(f"{_model_name(model)}: {get_task(task).label} ({task})", fontsize=10)
         ax.grid(alpha=0.3, axis="y")
-    bars = [Patch(facecolor=palette[label], edgecolor=palette[label], alpha=0.35, label=label)
+    bars = [Patch(facecolor=colors[label], edgecolor=colors[label], alpha=0.35, label=label)
             for label in labels]
     handles, names = grid.axes[0, 0].get_legend_handles_labels()
     grid.figure.legend([*bars, *handles], [*labels, *names], loc="lower center", ncol=4,

@@ -5,21 +5,13 @@ A run is `logra.rl.run_grpo` of experiments/grpo.yaml at the experiment's `grpo_
 experiment's GRPO keys (`GRPO_KEYS`) on top, then the method's optimizer settings and the seed;
 it is cached by config in <results_dir>/runs/ and resumed when rerun, so two notebooks that
 build the same config (the KL notebook's and the comparison's adamw and logra runs) share the
-run. The methods (`METHODS`):
-
-    adamw          dense torch AdamW, no control (the reference the report compares against)
-    adamw-kl       dense AdamW with the predicted-KL step control: LoGRA with sketch=False on
-                   every parameter, the JVP estimate, budget δ = kl_budget
-    logra          LoGRA, gain reconstruction (the default), control δ, JVP estimate
-    logra-nystrom  LoGRA, truncated Nyström reconstruction, control δ, JVP estimate
-    logra-nokl     LoGRA, gain reconstruction, no control
-    naive          the naive one-sided random projection (RandomProjectionAdam), no control
-    lora, galore, apollo, adafactor   (the comparison notebook's other optimizers)
+run. The methods are `logra.methods.METHODS` (their optimizer, preset settings, label and
+colour); a KL-controlled method's δ is the experiment's `kl_budget` unless its preset says
+otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +19,7 @@ import pandas as pd
 
 from logra.data import load_task
 from logra.data.registry import SPLITS
+from logra.methods import METHODS
 from logra.models import SCALES, prepare
 from logra.rl import config as grpo
 from logra.rl import run_grpo
@@ -35,37 +28,6 @@ from logra.rl import run_grpo
 GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "max_new_tokens",
              "eval_every", "eval_prompts", "eval_batch_size", "results_dir")
 ALWAYS_SHOWN = ("optimizer", "seed", "steps", "lr")  # keys `command` writes even at their default
-
-
-@dataclass(frozen=True)
-class Method:
-    """An optimizer setting of the GRPO runs, and how the notebooks draw and schedule it."""
-
-    label: str
-    color: str
-    overrides: dict[str, Any] = field(default_factory=dict)  # GRPO keys beyond `optimizer`
-    optimizer: str = ""
-    controlled: bool = False  # uses the predicted-KL step control
-    cost: float = 1.0  # relative step time measured here (schedules the longest runs first)
-    style: str = "-"  # line style (dashed where a curve may lie on another method's)
-
-
-METHODS: dict[str, Method] = {
-    "adamw": Method("dense AdamW", "#000000", optimizer="adamw"),
-    "adamw-kl": Method("dense AdamW + KL control", "#7f7f7f", optimizer="adamw-kl",
-                       controlled=True, cost=1.3, style="--"),
-    "logra": Method("LoGRA gain + KL control", "#d62728", optimizer="logra", controlled=True,
-                    cost=1.3),
-    "logra-nystrom": Method("LoGRA Nyström + KL control", "#ff7f0e", optimizer="logra",
-                            overrides={"reconstruction": "nystrom"}, controlled=True, cost=1.6),
-    "logra-nokl": Method("LoGRA gain, no control", "#e377c2", optimizer="logra",
-                         overrides={"predicted_kl_threshold": None}, style="--"),
-    "naive": Method("naive random projection", "#1f77b4", optimizer="naive", cost=1.5),
-    "lora": Method("LoRA", "#2ca02c", optimizer="lora", cost=1.5),
-    "galore": Method("GaLore", "#9467bd", optimizer="galore", cost=1.1),
-    "apollo": Method("APOLLO", "#8c564b", optimizer="apollo"),
-    "adafactor": Method("Adafactor", "#17becf", optimizer="adafactor"),
-}
 
 
 def check_runs(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -85,12 +47,12 @@ def grpo_config(cfg: dict[str, Any], method: str, seed: int, **values: Any) -> d
 
     `values` override GRPO keys (the comparison notebook sets `model` this way).
     """
-    spec = METHODS[method]
+    entry = METHODS[method]
     overrides = {k: cfg[k] for k in GRPO_KEYS if k in cfg and cfg[k] is not None}
     overrides.update(values)
-    overrides.update(steps=cfg["steps"], seed=seed, optimizer=spec.optimizer,
+    overrides.update(steps=cfg["steps"], seed=seed, optimizer=entry.optimizer,
                      predicted_kl_threshold=cfg["kl_budget"])
-    overrides.update(spec.overrides)
+    overrides.update(entry.settings)
     return grpo.resolve(scale=cfg["grpo_scale"], **overrides)
 
 

@@ -40,6 +40,7 @@ from logra.experiments.grpo_runs import grpo_job, prepare_inputs
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import line_with_band
 from logra.experiments.report import ClaimRow
+from logra.methods import METHODS
 from logra.rl import config as grpo
 from logra.rl import runner
 
@@ -48,30 +49,6 @@ NOTEBOOK = "09_kl_control"
 GRPO_KEYS = ("model", "task", "rank", "prompts_per_step", "group_size", "max_new_tokens",
              "eval_prompts", "eval_batch_size", "results_dir")
 FLOOR = 1e-8  # KL values below this are drawn at FLOOR on log axes
-
-
-@dataclass(frozen=True)
-class Method:
-    """An optimizer of the runs: its label, colour, `logra.rl` optimizer name and whether the
-    predicted-KL control can act on it."""
-
-    label: str
-    color: str
-    optimizer: str
-    controllable: bool
-
-    @property
-    def short(self) -> str:
-        """The label without "+ KL control" (tables and legends give δ beside it)."""
-        return self.label.removesuffix(" + KL control")
-
-
-METHODS: dict[str, Method] = {
-    "adamw": Method("dense AdamW (torch)", "#000000", "adamw", False),
-    "adamw-kl": Method("dense AdamW + KL control", "#7f7f7f", "adamw-kl", True),
-    "logra": Method("LoGRA gain + KL control", "#d62728", "logra", True),
-    "naive": Method("naive random projection", "#1f77b4", "naive", False),
-}
 
 
 @dataclass(frozen=True)
@@ -145,8 +122,9 @@ def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     """The resolved `logra.rl` config of one run."""
     overrides = {k: cfg[k] for k in GRPO_KEYS if cfg.get(k) is not None}
     steps = cfg["budget_steps"] if run.study == "budget" else cfg["steps"]
-    overrides.update(optimizer=METHODS[run.method].optimizer, lr=run.lr, seed=run.seed,
-                     steps=steps, eval_every=steps, predicted_kl_threshold=run.delta)
+    method = METHODS[run.method]
+    overrides.update(optimizer=method.optimizer, lr=run.lr, seed=run.seed, steps=steps,
+                     eval_every=steps, predicted_kl_threshold=run.delta, **method.settings)
     if run.study == "budget":  # the budget is judged on the probe, not the noisy batch KL
         overrides.update(drift_probe_every=cfg["budget_probe_every"],
                          drift_probe_prompts=cfg["budget_probe_prompts"])

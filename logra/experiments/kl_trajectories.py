@@ -43,7 +43,6 @@ import torch
 from logra import io
 from logra.config import load_config
 from logra.experiments.grpo_runs import (
-    METHODS,
     check_runs,
     command,
     grpo_config,
@@ -54,6 +53,7 @@ from logra.experiments.grpo_runs import (
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import line_with_band
 from logra.experiments.report import ClaimRow
+from logra.methods import METHODS
 from logra.optim.kl import predicted_kl_jvp
 from logra.rl import config as grpo
 from logra.rl import runner

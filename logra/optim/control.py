@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -78,6 +78,27 @@ class FisherTerm(Protocol):
 
     def predicted_fisher(self) -> Tensor:
         """Σ_ij F_ij Δ_ij² over its parameter(s), a device scalar."""
+
+
+@runtime_checkable
+class KLControlled(Protocol):
+    """What a trainer tells an optimizer with the predicted-KL step control (LoGRA, and dense
+    AdamW + control), without knowing its class: the data-parallel group its probe averages
+    over, the batch to probe on when it wants one, and the KL to the reference for the drift
+    budget."""
+
+    process_group: dist.ProcessGroup | None
+    kl_drift_budget: float | None
+
+    def wants_kl_batch(self) -> bool:
+        """Whether the coming step's control probes a batch (`set_kl_batch` before `step`)."""
+
+    def set_kl_batch(self, model: nn.Module, *args: Any, token_mask: Tensor | None = None,
+                     **kwargs: Any) -> None:
+        """The batch the probe replays: `model(*args, **kwargs)`."""
+
+    def observe_reference_kl(self, kl: float) -> None:
+        """KL(π_θ ‖ π_ref) per token before the coming step (the drift budget's K)."""
 
 
 class KLControl:

@@ -312,6 +312,12 @@ class LoGRA(Optimizer):
         """
         return self._control.threshold(common_kl_control(self.param_groups))
 
+    def wants_kl_batch(self) -> bool:
+        """Whether the coming step probes a batch: a JVP estimator ("jvp", "calibrated") with a
+        budget to keep (δ, or a drift budget alone). A trainer gives it with `set_kl_batch`
+        (`logra.optim.KLControlled`)."""
+        return self.kl_estimator in ("jvp", "calibrated") and self.step_threshold() is not None
+
     def observe_kl(self, kl: float) -> bool:
         """Report the KL in nats per token that the last step caused, as a trainer measured it
         (e.g. KL(π_before ‖ π_after) on the step's batch), to calibrate the diagonal estimate.

@@ -28,7 +28,7 @@ from logra.config import ConfigError, load_config, read_spec
 from logra.data import TASKS
 from logra.models import SCALES
 from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
-from logra.optimizers import OPTIMIZERS, check_optimizer
+from logra.optimizers import OPTIMIZERS, REGISTRY, check_optimizer
 from logra.provenance import fingerprint
 
 EXPERIMENT = "grpo"
@@ -118,8 +118,9 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         if value is not None and (isinstance(value, bool)
                                   or not isinstance(value, int | float) or value <= 0):
             raise ConfigError(f"{key} must be a number > 0 or null, got {value!r}")
-    if config["kl_drift_budget"] is not None and config["optimizer"] not in ("logra", "adamw-kl"):
-        raise ConfigError("kl_drift_budget needs the KL control of optimizer logra or adamw-kl, "
+    if config["kl_drift_budget"] is not None and not REGISTRY[config["optimizer"]].kl_control:
+        controlled = [name for name, entry in REGISTRY.items() if entry.kl_control]
+        raise ConfigError(f"kl_drift_budget needs the KL control of an optimizer of {controlled}, "
                           f"not {config['optimizer']!r}")
     if config["kl_target"] is not None and not config["beta"] > 0:
         raise ConfigError("kl_target (adaptive β) needs a starting beta > 0, got "

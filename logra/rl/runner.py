@@ -5,7 +5,8 @@ One step t = 1 … steps:
   2. sample G completions of each with the current policy π_θ (`rollout.sample`) and grade them;
   3. score the completions under π_θ (with gradients) and the frozen reference π_ref;
   4. `updates_per_batch` times: the GRPO loss (`grpo.grpo_loss`), backward, gradient norm,
-     and the optimizer's step (LoGRA's KL probe first gets the batch: `set_kl_batch`), then
+     and the optimizer's step (an optimizer with the KL control first gets the batch it
+     wants: `logra.optim.KLControlled`), then
      the trainer's `update_hooks`;
   5. measure the KL between the policy before and after the update on the same tokens;
   6. every `eval_every` steps: greedy accuracy on the first `eval_prompts` test prompts (a
@@ -79,9 +80,9 @@ from logra.config import ConfigError
 from logra.data import load_task, to_prompts
 from logra.data.grading import reward
 from logra.models import SCALES, evaluate_greedy, load_policy, prepare
-from logra.optim import LoGRA
+from logra.optim import KLControlled
 from logra.optim.kl import categorical_kl
-from logra.optimizers import build_optimizer, measured_state_bytes, wrap_model
+from logra.optimizers import build_optimizer, measured_state_bytes, spec, wrap_model
 from logra.paths import checkout_root
 from logra.provenance import fingerprint
 from logra.rl import config as cfg
@@ -151,7 +152,7 @@ class Trainer:
         torch.manual_seed(config["seed"])  # LoRA's adapter initialization
         self.policy = wrap_model(config["optimizer"], policy, config).to(self.device).eval()
         self.optimizer = build_optimizer(config["optimizer"], self.policy, config)
-        if isinstance(self.optimizer, LoGRA):  # the JVP's KL prediction: over every rank's batch
+        if isinstance(self.optimizer, KLControlled):  # the JVP's KL prediction: every rank's batch
             self.optimizer.process_group = self.dp.group
         self.trained = self.dp.wrap(self.policy)  # the gradient forward (DDP under N ranks)
         self.kl_controller = (AdaptiveKLController(config["beta"], config["kl_target"],
@@ -230,7 +231,7 @@ class Trainer:
                 old_logits = logits.detach()
                 old_logprobs = logprobs.detach()
                 kl = float(categorical_kl(old_logits, ref_logits, mask))
-                if isinstance(self.optimizer, LoGRA) and self.optimizer.kl_drift_budget:
+                if isinstance(self.optimizer, KLControlled) and self.optimizer.kl_drift_budget:
                     # the drift budget needs KL(π_θ ‖ π_ref) before the step: of the global
                     # batch, or the bound the drift probe keeps (`track_drift`)
                     self.optimizer.observe_reference_kl(
@@ -281,8 +282,7 @@ class Trainer:
         before = ({n: p.detach().clone() for n, p in self.trainable.items()}
                   if self.update_hooks else {})
         optimizer = self.optimizer
-        if (isinstance(optimizer, LoGRA) and optimizer.kl_estimator in ("jvp", "calibrated")
-                and optimizer.step_threshold() is not None):  # δ, or a drift budget alone
+        if isinstance(optimizer, KLControlled) and optimizer.wants_kl_batch():
             optimizer.set_kl_batch(self.policy, **rollout.model_inputs(),
                                    token_mask=rollout.logits_mask())
         optimizer.step()
@@ -489,7 +489,7 @@ def initial_evaluation(trainer: Trainer) -> dict[str, float]:
     """
     config = trainer.config
     source = Path(trainer.source)
-    if config["optimizer"] == "lora" or not source.is_dir():
+    if spec(config["optimizer"]).wraps_model or not source.is_dir():
         return trainer.evaluate()
     digest = hashlib.sha256()
     for weights in sorted(source.glob("*.safetensors")):
