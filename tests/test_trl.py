@@ -129,3 +129,61 @@ def test_the_script_passes_every_grpo_config_option_through(load_script) -> None
     assert defaults.max_steps == script.SCRIPT_DEFAULTS["max_steps"]
     with pytest.raises(ValueError, match="not_an_option"):
         script.parse_args(["--not_an_option", "1"])
+
+
+def test_the_kit_s_grpo_loss_and_advantages_are_trl_s_on_one_batch(tmp_path: Path,
+                                                                   tiny_qwen2) -> None:
+    """One batch of the kit's rollouts (prompts of three lengths, so rows are left-padded, and
+    completions that stop at EOS) scored by both: TRL's group advantages are the kit's, and
+    TRL's default loss ("dapo": Σ token losses / the batch's response tokens, one gradient
+    step so the ratio is 1) has the kit's value and gradient. TRL's GRPOConfig trains in bf16
+    by default (its `bf16` defaults to True), which moves each log-probability by ~1e-3 on this
+    model; the check sets bf16=False, as the kit computes in fp32."""
+    from trl.trainer.utils import nanstd
+
+    from logra.rl.grpo import group_advantages, grpo_loss
+    from logra.rl.rollout import completion_logits, sample, token_logprobs
+
+    tokenizer = char_tokenizer()
+    model = tiny_qwen2(vocab_size=len(tokenizer), num_attention_heads=2, num_key_value_heads=1,
+                       max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+                       eos_token_id=tokenizer.eos_token_id)
+    group = 4
+    prompts = ["1+2=", "13+24=", "7*8+1=", "9="]
+    rollout = sample(model, tokenizer, prompts, group, max_new_tokens=10, seed=3)
+    mask = rollout.response_mask
+    assert (rollout.attention_mask[:, 0] == 0).any() and not mask.all()  # padding, early EOS
+    rewards = torch.tensor([float(i % 3 == 0) for i in range(len(prompts) * group)])
+    advantages = group_advantages(rewards, group)
+    grouped = rewards.view(-1, group)
+    trl_advantages = ((grouped - grouped.mean(dim=1, keepdim=True))
+                      / (nanstd(grouped, dim=1).unsqueeze(1) + 1e-4)).view(-1)
+    torch.testing.assert_close(advantages, trl_advantages, rtol=0, atol=1e-7)
+
+    model.train()
+    logprobs = token_logprobs(completion_logits(model, rollout), rollout.response_tokens)
+    ours = grpo_loss(logprobs, logprobs.detach(), logprobs.detach(), advantages, mask,
+                     clip_eps=0.2, beta=0.0).loss
+    our_grads = torch.autograd.grad(ours, list(model.parameters()))
+
+    config = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=16,
+                            num_generations=group, max_completion_length=10, max_steps=1,
+                            report_to="none", use_cpu=True, save_strategy="no", bf16=False,
+                            disable_tqdm=True)
+    trainer = trl.GRPOTrainer(model, lambda completions, **_: [0.0] * len(completions),
+                              args=config, processing_class=tokenizer,
+                              train_dataset=datasets.Dataset.from_dict({"prompt": prompts}))
+    assert config.loss_type == "dapo" and config.beta == 0.0  # TRL's defaults, the kit's loss
+    trainer.current_gradient_accumulation_steps = 1  # what Trainer.training_step sets
+    prompt_length = rollout.input_ids.shape[1] - mask.shape[1]
+    theirs = trainer._compute_loss(trainer.model, dict(
+        prompt_ids=rollout.input_ids[:, :prompt_length],
+        prompt_mask=rollout.attention_mask[:, :prompt_length],
+        completion_ids=rollout.response_tokens, completion_mask=mask.long(),
+        advantages=advantages, num_items_in_batch=mask.sum().float()))
+    their_grads = torch.autograd.grad(theirs, list(model.parameters()))
+    torch.testing.assert_close(theirs, ours, rtol=1e-6, atol=1e-8)
+    difference = torch.stack([(a - b).norm() for a, b in zip(our_grads, their_grads,
+                                                               strict=True)]).norm()
+    size = torch.stack([g.norm() for g in our_grads]).norm()
+    assert size > 0 and difference / size < 1e-5
