@@ -304,3 +304,45 @@ def test_a_probe_fed_drift_budget_steers_on_the_probe_plus_the_applied_steps(
                      kl_drift_source="probe")  # no probe
     with pytest.raises(ConfigError, match="kl_drift_source"):
         smoke_config(smoke_dirs, tmp_path, kl_drift_source="batch")
+
+
+def test_sampled_pass_at_1_is_kept_problem_by_problem_and_resumes(
+    smoke_dirs, tmp_path, monkeypatch
+) -> None:
+    """eval_samples=3 on the first 4 of 8 held-out problems: problems.csv holds each evaluation's
+    greedy and sampled outcome per problem, the records their means, and a resumed run the same
+    rows; the sampled draws are the same at every evaluation of the same weights."""
+    from logra.rl import evaluation
+
+    monkeypatch.setattr(evaluation, "reward", lambda text, gold: float(len(text) % 2 == 0))
+    config = smoke_config(smoke_dirs, tmp_path, run_name="sampled", eval_samples=3,
+                          eval_sampled_prompts=4)
+    records = runner.run_grpo(config, progress=False)
+    problems = pd.read_csv(cfg.run_dir(config) / runner.PROBLEMS_FILE)
+    assert problems["step"].tolist() == [s for s in (0, 2, 4) for _ in range(8)]
+    assert problems["problem"].tolist() == list(range(8)) * 3
+    assert problems["sampled"].notna().tolist() == ([True] * 4 + [False] * 4) * 3
+    assert set(problems["sampled"].dropna()) <= {0.0, 1 / 3, 2 / 3, 1.0}
+    assert problems["sampled"].dropna().nunique() > 1  # the stand-in reward varies
+    means = problems.groupby("step")[["greedy", "sampled"]].mean()
+    evaluated = records.dropna(subset=["eval_accuracy"]).set_index("step")
+    assert evaluated["eval_accuracy"].tolist() == pytest.approx(means["greedy"].tolist())
+    assert evaluated["eval_sampled"].tolist() == pytest.approx(means["sampled"].tolist())
+    assert records["solved_groups"].iloc[1:].between(0, 1).all()
+
+    trainer = runner.Trainer(config, progress=False)  # the same weights, evaluated again
+    _, again = trainer.evaluate()
+    pd.testing.assert_frame_equal(again, problems[problems["step"] == 0].drop(columns="step")
+                                  .reset_index(drop=True), check_dtype=False)
+
+    interrupted_and_resumed(config, monkeypatch, crash_step=3)
+    resumed = pd.read_csv(cfg.run_dir({**config, "run_name": "sampled-interrupted"})
+                          / runner.PROBLEMS_FILE)
+    pd.testing.assert_frame_equal(resumed, problems)
+
+
+def test_sampled_evaluation_settings_are_checked(smoke_dirs, tmp_path) -> None:
+    with pytest.raises(ConfigError, match="eval_samples"):
+        smoke_config(smoke_dirs, tmp_path, eval_samples=0)
+    with pytest.raises(ConfigError, match="eval_sampled_prompts=9 exceeds"):
+        smoke_config(smoke_dirs, tmp_path, eval_samples=2, eval_sampled_prompts=9)

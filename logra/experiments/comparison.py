@@ -96,7 +96,7 @@ def _checkpoint_accuracy(config: dict[str, Any], task: str, prompts: int, traine
         if step != config["steps"]:
             raise RuntimeError(f"{grpo.run_dir(config)}: checkpoint at step {step}, not at "
                                f"{config['steps']}; rerun it with steps={config['steps']}")
-    return trainer.evaluate()["eval_accuracy"]
+    return trainer.evaluate()[0]["eval_accuracy"]
 
 
 def heldout_job(config: dict[str, Any], tasks: list[str], prompts: int) -> dict[str, Any]:

@@ -39,7 +39,8 @@ NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir"
               "scale", "tensorboard")
 # key -> the key without which it does nothing (a key naming itself: nothing while it is null)
 ONLY_WITH = {"kl_drift_window": "kl_drift_budget", "drift_probe_every": "drift_probe_every",
-             "drift_probe_prompts": "drift_probe_every", "kl_drift_source": "kl_drift_source"}
+             "drift_probe_prompts": "drift_probe_every", "kl_drift_source": "kl_drift_source",
+             "eval_samples": "eval_samples", "eval_sampled_prompts": "eval_samples"}
 DRIFT_SOURCES = ("probe",)  # kl_drift_source: null (each step's batch KL) or one of these
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
@@ -131,6 +132,15 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if probe is not None and config["drift_probe_prompts"] > config["eval_prompts"]:
         raise ConfigError(f"drift_probe_prompts={config['drift_probe_prompts']} exceeds "
                           f"eval_prompts={config['eval_prompts']}: the probe's prompts are the "
+                          "first test prompts")
+    for key in ("eval_samples", "eval_sampled_prompts"):
+        value = config[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ConfigError(f"{key} must be an integer >= 1 or null, got {value!r}")
+    if (config["eval_sampled_prompts"] or 0) > config["eval_prompts"]:
+        raise ConfigError(f"eval_sampled_prompts={config['eval_sampled_prompts']} exceeds "
+                          f"eval_prompts={config['eval_prompts']}: the sampled problems are the "
                           "first test prompts")
     source = config["kl_drift_source"]
     if source is not None:

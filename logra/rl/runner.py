@@ -20,6 +20,8 @@ Records (one row per step; row 0 holds the evaluation before training):
     reward_std       their standard deviation
     train_accuracy   share of completions graded correct (= reward for the 0/1 reward)
     zero_std_groups  share of groups whose rewards are all equal (no learning signal)
+    solved_groups    share of groups with at least one correct completion (pass@G of the step's
+                     prompts: what a group can learn from)
     completion_tokens mean completion length in tokens (EOS included)
     kl               exact mean per-token KL(π_θ ‖ π_ref) from full softmaxes on the sampled
                      completions, π_θ being the policy that sampled them (`categorical_kl`)
@@ -38,7 +40,9 @@ Records (one row per step; row 0 holds the evaluation before training):
                      (`logra.optimizers.measured_state_bytes`)
     tokens           non-padding tokens of prompt + completion in the batch
     seconds          wall time of the step (evaluation excluded)
-    eval_accuracy, eval_seconds   greedy held-out accuracy after this step, and its time
+    eval_accuracy, eval_sampled, eval_seconds   greedy and sampled (temperature 1,
+                     `eval_samples` per problem) held-out pass@1 after this step, and their time;
+                     each problem's outcome goes to problems.csv (`logra.rl.evaluation`)
     drift_kl         KL(π_θ ‖ π_ref) per token after this step on the drift probe: the first
                      `drift_probe_prompts` test prompts, G completions each, sampled with the same
                      seeds at every probe (`Trainer.probe_drift`); NaN between probes
@@ -79,7 +83,7 @@ from logra import io
 from logra.config import ConfigError
 from logra.data import load_task, to_prompts
 from logra.data.grading import reward
-from logra.models import SCALES, evaluate_greedy, load_policy, prepare
+from logra.models import SCALES, load_policy, prepare
 from logra.optim import KLControlled
 from logra.optim.kl import categorical_kl
 from logra.optimizers import build_optimizer, measured_state_bytes, spec, wrap_model
@@ -87,24 +91,28 @@ from logra.paths import checkout_root
 from logra.provenance import fingerprint
 from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
+from logra.rl.evaluation import PROBLEM_COLUMNS, held_out, summary
 from logra.rl.grpo import AdaptiveKLController, group_advantages, grpo_loss
 from logra.rl.rollout import Rollout, completion_logits, sample, token_logprobs
 from logra.rl.tracking import TensorBoardLog
 
 COLUMNS = (
-    "step", "reward", "reward_std", "train_accuracy", "zero_std_groups", "completion_tokens",
+    "step", "reward", "reward_std", "train_accuracy", "zero_std_groups", "solved_groups",
+    "completion_tokens",
     "kl", "kl_k3", "step_kl", "loss", "surrogate", "clip_fraction", "grad_norm", "predicted_kl",
     "applied_kl", "gamma", "clipped", "skipped", "skipped_steps", "diag_kl", "kl_probed",
     "kl_scale", "threshold", "beta", "state_bytes", "tokens", "seconds", "eval_accuracy",
-    "eval_seconds", "drift_kl",
+    "eval_sampled", "eval_seconds", "drift_kl",
 )
 TIMING_COLUMNS = ("seconds", "eval_seconds")
 RECORDS_FILE, MANIFEST_FILE, CHECKPOINT_FILE = "records.csv", "manifest.json", "checkpoint/state.pt"
+PROBLEMS_FILE = "problems.csv"  # step, problem, greedy, sampled: each evaluation problem by problem
 PACKAGES = ("torch", "transformers", "peft", "datasets", "math-verify", "logra", "galore-torch",
             "apollo-torch")
 
 
 PROBE_STEP = -1  # the drift probe samples with step_seed(seed, PROBE_STEP), never a step's seed
+EVAL_STEP = -2  # sampled pass@1 draws with step_seed(0, EVAL_STEP) in every run
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -160,6 +168,7 @@ class Trainer:
                               if config["kl_target"] is not None else None)
         self.trainable = {n: p for n, p in self.policy.named_parameters() if p.requires_grad}
         self.drift_bound = 0.0  # K̂ of `track_drift`, for kl_drift_source: probe
+        self.saved_problems: pd.DataFrame | None = None  # a loaded checkpoint's (`load`)
         with self.dp.main_first():  # one rank generates and caches the data
             self.train_prompts = self._prompts("train")
             test = self._prompts("test")
@@ -205,6 +214,8 @@ class Trainer:
             train_accuracy=float((rewards == 1).float().mean()),
             zero_std_groups=float((rewards.view(-1, c["group_size"]).std(dim=1) == 0)
                                   .float().mean()),
+            solved_groups=float((rewards.view(-1, c["group_size"]).amax(dim=1) == 1)
+                                .float().mean()),
             completion_tokens=float(lengths.float().mean()), tokens=int(tokens),
         )
         record.update(self._update(rollout, advantages))
@@ -289,17 +300,37 @@ class Trainer:
         for hook in self.update_hooks:
             hook(self, rollout, before)
 
-    def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy on the held-out prompts (each rank a share), and its wall time."""
+    def evaluate(self) -> tuple[dict[str, float], pd.DataFrame]:
+        """Greedy and sampled pass@1 on the held-out prompts (each rank a share) with its wall
+        time, and the per-problem frame (`logra.rl.evaluation`; every rank's rows).
+
+        Sampled pass@1 (`eval_samples` completions on each of the first `eval_sampled_prompts`)
+        draws with the seed `step_seed(0, EVAL_STEP)` in every run and at every evaluation, so
+        that two evaluations of the same problems share their sampling noise."""
+        c = self.config
         start = time.perf_counter()
         part = self.dp.split(len(self.test_prompts))
-        prompts = self.test_prompts.select(range(part.start, part.stop))
-        accuracy = evaluate_greedy(self.policy, self.tokenizer, prompts,
-                                   self.config["max_new_tokens"], self.config["eval_batch_size"])
-        if self.dp.world > 1:
-            correct, total = self.dp.sum(accuracy * len(prompts), len(prompts))
-            accuracy = correct / total
-        return dict(eval_accuracy=accuracy, eval_seconds=time.perf_counter() - start)
+        sampled = c["eval_sampled_prompts"] or len(self.test_prompts)
+        problems = held_out(
+            self.policy, self.tokenizer, self.test_prompts.select(range(part.start, part.stop)),
+            max_new_tokens=c["max_new_tokens"], batch_size=c["eval_batch_size"],
+            samples=c["eval_samples"] or 0, sampled_prompts=max(0, min(part.stop, sampled)
+                                                                - part.start),
+            seed=step_seed(0, EVAL_STEP), first_problem=part.start)
+        problems = self._gather_problems(problems)
+        return dict(**summary(problems), eval_seconds=time.perf_counter() - start), problems
+
+    def _gather_problems(self, problems: pd.DataFrame) -> pd.DataFrame:
+        """Every rank's per-problem rows, in problem order (shares padded to one length)."""
+        if self.dp.world == 1:
+            return problems
+        rows = -(-len(self.test_prompts) // self.dp.world)
+        values = torch.full((rows, len(PROBLEM_COLUMNS)), math.nan, dtype=torch.float64)
+        values[:len(problems)] = torch.tensor(problems[list(PROBLEM_COLUMNS)].to_numpy())
+        gathered = self.dp.gather(values)
+        gathered = gathered[~gathered[:, 0].isnan()]
+        frame = pd.DataFrame(gathered.numpy(), columns=list(PROBLEM_COLUMNS))
+        return frame.astype({"problem": int}).sort_values("problem", ignore_index=True)
 
     def track_drift(self, record: dict[str, Any]) -> None:
         """Update `drift_bound` K̂ with the record of a step: its probe's KL when it has one,
@@ -342,13 +373,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save(self, path: Path, step: int, records: list[dict[str, Any]]) -> None:
-        """Trainable weights, optimizer, RNG states and records, in one atomic file (rank 0)."""
+    def save(self, path: Path, step: int, records: list[dict[str, Any]],
+             problems: pd.DataFrame | None = None) -> None:
+        """Trainable weights, optimizer, RNG states, records and per-problem evaluations, in one
+        atomic file (rank 0)."""
         if not self.dp.is_main:
             self.dp.barrier()
             return
         state = dict(
-            step=step, records=records, config=self.config,
+            step=step, records=records, config=self.config, problems=problems,
             policy={name: p.detach() for name, p in self.trainable.items()},
             optimizer=self.optimizer.state_dict(), beta=self.beta,
             rng=dict(torch=torch.get_rng_state(), python=random.getstate(),
@@ -359,7 +392,8 @@ class Trainer:
         self.dp.barrier()
 
     def load(self, path: Path) -> tuple[int, list[dict[str, Any]]]:
-        """Restore a checkpoint written by `save`; returns its step and records."""
+        """Restore a checkpoint written by `save`; returns its step and records (its per-problem
+        evaluations: `saved_problems`)."""
         # weights_only=False: GaLore's and APOLLO's states hold projector objects (our own file)
         state = torch.load(path, map_location="cpu", weights_only=False)
         missing = sorted(set(self.trainable) ^ set(state["policy"]))
@@ -375,6 +409,7 @@ class Trainer:
         random.setstate(state["rng"]["python"])
         if state["rng"]["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self.saved_problems = state.get("problems")
         return state["step"], state["records"]
 
 
@@ -430,13 +465,16 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     main = trainer.dp.is_main
     checkpoint = directory / CHECKPOINT_FILE
     done, records = trainer.load(checkpoint) if checkpoint.exists() else (0, [])
+    problems = [trainer.saved_problems] if done and trainer.saved_problems is not None else []
     manifest.setdefault("resumed_from", []).append(done)
     manifest.update(config=config, model_source=trainer.source, status="running",
                     ranks=trainer.dp.world)
     if main:
         io.write_json(manifest_path, manifest)
     if not records:
-        records.append(dict(step=0, **initial_evaluation(trainer)))
+        evaluation, before = initial_evaluation(trainer)
+        records.append(dict(step=0, **evaluation))
+        problems = [before.assign(step=0)]
     tensorboard = TensorBoardLog(directory, done) if config["tensorboard"] and main else None
     if tensorboard is not None and done == 0:
         tensorboard.write(records[0])
@@ -448,7 +486,9 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     for t in range(done + 1, steps + 1):
         record = trainer.step(t)
         if t % config["eval_every"] == 0:
-            record.update(trainer.evaluate())
+            evaluation, after = trainer.evaluate()
+            record.update(evaluation)
+            problems.append(after.assign(step=t))
         if config["drift_probe_every"] and t % config["drift_probe_every"] == 0:
             record.update(trainer.probe_drift())
         trainer.track_drift(record)
@@ -460,9 +500,10 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
                         **({"eval": f"{record['eval_accuracy']:.3f}"}
                            if "eval_accuracy" in record else {}))
         if t % config["checkpoint_every"] == 0 or t == steps:
-            trainer.save(checkpoint, t, records)
+            evaluated = _problems(problems, t)
+            trainer.save(checkpoint, t, records, evaluated)
             if main:
-                _write(directory, manifest, records, t)
+                _write(directory, manifest, records, evaluated, t)
     bar.close()
     if tensorboard is not None:
         tensorboard.close()
@@ -474,10 +515,10 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
 
 EVALUATIONS_DIR = "evaluations"
 EVALUATION_KEYS = ("task", "eval_prompts", "max_new_tokens", "eval_batch_size",
-                   "use_chat_template", "dtype")
+                   "use_chat_template", "dtype", "eval_samples", "eval_sampled_prompts")
 
 
-def initial_evaluation(trainer: Trainer) -> dict[str, float]:
+def initial_evaluation(trainer: Trainer) -> tuple[dict[str, float], pd.DataFrame]:
     """`trainer.evaluate()` of the policy before training, shared by every run that starts from
     the same weights and evaluates the same way.
 
@@ -499,15 +540,27 @@ def initial_evaluation(trainer: Trainer) -> dict[str, float]:
     digest.update(json.dumps(settings, sort_keys=True).encode())
     path = Path(config["results_dir"]) / EVALUATIONS_DIR / f"{digest.hexdigest()[:16]}.json"
     if path.exists():
-        return json.loads(path.read_text())["evaluation"]
-    evaluation = trainer.evaluate()
+        cached = json.loads(path.read_text())
+        return cached["evaluation"], pd.DataFrame(cached["problems"])
+    evaluation, problems = trainer.evaluate()
     if trainer.dp.is_main:
-        io.write_json(path, dict(settings=settings, source=str(source), evaluation=evaluation))
-    return evaluation
+        io.write_json(path, dict(settings=settings, source=str(source), evaluation=evaluation,
+                                 problems=problems.to_dict(orient="list")))
+    return evaluation, problems
 
 
-def _write(directory: Path, manifest: dict[str, Any], records: list[dict], step: int) -> None:
+def _problems(evaluations: list[pd.DataFrame], step: int) -> pd.DataFrame:
+    """The per-problem evaluations up to `step`, one frame: step, problem, greedy, sampled."""
+    frames = [f for f in evaluations if int(f["step"].iloc[0]) <= step] if evaluations else []
+    if not frames:
+        return pd.DataFrame(columns=["step", *PROBLEM_COLUMNS])
+    return pd.concat(frames, ignore_index=True)[["step", *PROBLEM_COLUMNS]]
+
+
+def _write(directory: Path, manifest: dict[str, Any], records: list[dict],
+           problems: pd.DataFrame, step: int) -> None:
     io.write_frame(directory / RECORDS_FILE, frame(records))
+    io.write_frame(directory / PROBLEMS_FILE, problems)
     manifest["completed_steps"] = step
     io.write_json(directory / MANIFEST_FILE, manifest)
 
