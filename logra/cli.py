@@ -8,6 +8,7 @@ scale or config), 1 when the work itself fails (a notebook raises, a dependency 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import logra
 from logra import notebooks
 
 EXTRAS_HINT = "pip install 'logra[repro,notebooks]'"
+CLUSTER_HINT = "pip install 'logra[cluster]'"
 
 EXAMPLES = """\
 examples:
@@ -27,6 +29,7 @@ examples:
   logra-repro reproduce --only 02_memory               one notebook at the default scale
   logra-repro reproduce --scale 1.5b --only 03_kl_trajectories   a GPU scale, its notebooks only
   logra-repro reproduce --pin avx2 --only 01_sketch_error   CPU floating point pinned (below)
+  logra-repro reproduce --backend ray                  the sweeps' runs as tasks on a Ray cluster
   logra-repro prepare --scale proxy-1m                 warm up a proxy policy (cached)
   logra-repro run grpo --scale smoke optimizer=logra   one GRPO run of the packaged config
   logra-repro run my_grpo.yaml --results-dir /data/logra lr=3e-4   any copy of that config
@@ -94,6 +97,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.check and (args.scale != "default" or args.figures_dir is not None):
         return usage_error(args.parser, "--check compares with the committed figures/, which "
                                         "only --scale default (into figures/) regenerates")
+    if args.backend is not None and not _use_backend(args.backend):
+        return 1
     start = time.perf_counter()
     try:
         notebooks.reproduce(args.scale, only=args.only, figures_dir=args.figures_dir,
@@ -107,6 +112,16 @@ def _reproduce(args: argparse.Namespace) -> int:
 
         return check.main([])
     return 0
+
+
+def _use_backend(backend: str) -> bool:
+    """Set LOGRA_BACKEND, which the notebooks' kernels inherit, to `backend`
+    (`logra.experiments.jobs`); False, with the message, when Ray is not installed for it."""
+    if backend == "ray" and importlib.util.find_spec("ray") is None:
+        print(f"error: --backend ray needs Ray: {CLUSTER_HINT}", file=sys.stderr)
+        return False
+    os.environ["LOGRA_BACKEND"] = backend
+    return True
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -203,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "~2015 (make reproduce's default on x86), strict for older ones, about "
                           "2x slower; every committed figure but notebook 07's wall times was "
                           "made under avx2 (README: What reproduces where)")
+    rep.add_argument("--backend", choices=["local", "ray"],
+                     help="where the notebooks' sweeps run their jobs: local (processes on this "
+                          "machine, the default) or ray (one task per run on the Ray cluster at "
+                          "RAY_ADDRESS, else a local one; " + CLUSTER_HINT + "; "
+                          "docs/distributed.md); default: $LOGRA_BACKEND, else local")
     rep.set_defaults(func=_reproduce, parser=rep)
 
     pre = commands.add_parser("prepare", help="build a proxy policy (cached) or check a hub scale")

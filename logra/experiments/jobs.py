@@ -4,6 +4,12 @@
 runs on one thread in its own process whatever the count, so the results do not depend on it,
 only the wall time. Callers that pass `workers` ≠ 1 must run under `if __name__ == "__main__":`
 when started as a script (spawn re-imports the main module).
+
+Backends: "local" (the default) runs the jobs in this process or the spawned pool above; "ray"
+runs each job as a task on a Ray cluster (`logra.experiments.ray_backend`, the `cluster` extra),
+where the cluster's free CPUs, not `workers`, decide how many run at once. The environment
+variable LOGRA_BACKEND chooses it when the caller does not (the notebooks' sweeps inherit it
+from `logra-repro reproduce --backend`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from tqdm.auto import tqdm
+
+BACKENDS = ("local", "ray")
+BACKEND_VARIABLE = "LOGRA_BACKEND"
 
 
 @contextmanager
@@ -46,14 +55,30 @@ def worker_count(workers: int) -> int:
     return workers or available_cpus()
 
 
+def backend_name(backend: str | None) -> str:
+    """`backend` itself, or LOGRA_BACKEND when None (default "local"), once it is a known
+    one (ValueError naming the valid ones otherwise)."""
+    name = os.environ.get(BACKEND_VARIABLE, "local") if backend is None else backend
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; valid: {list(BACKENDS)}")
+    return name
+
+
 def run_jobs(jobs: list[tuple[Callable[..., Any], tuple]], workers: int, desc: str,
-             progress: bool = True) -> list[Any]:
+             progress: bool = True, backend: str | None = None,
+             gpus: bool | None = None) -> list[Any]:
     """`fn(*args)` of every job, in order; `workers` > 1 runs them in spawned processes, 0 in
     one per available core.
 
     Jobs are handed out in the order given (put the longest first). The first failure cancels
-    what has not started and is raised.
+    what has not started and is raised. `backend` "ray" runs every job as a Ray task instead
+    (`workers` is then unused; `gpus` True gives each task a GPU, None each whose config asks
+    for one: `ray_backend.wants_gpu`); None is LOGRA_BACKEND's choice, else "local".
     """
+    if backend_name(backend) == "ray":
+        from logra.experiments import ray_backend
+
+        return ray_backend.run(jobs, desc, progress, gpus)
     workers = worker_count(workers)
     results: list[Any] = [None] * len(jobs)
     bar = tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress)

@@ -1,0 +1,122 @@
+"""The `ray` backend of `logra.experiments.jobs.run_jobs`: every job one Ray task (the `cluster`
+extra, `pip install 'logra[cluster]'`; imported only when that backend is chosen).
+
+A task takes one CPU, or one GPU where the job asks for it, and computes on one thread
+(OMP_NUM_THREADS=1, as in the local pool) under this process's CPU pin (`reproduce --pin`'s
+variables, which the workers of a cluster started elsewhere would not inherit), so the results
+are the local pool's; how many run at once is the cluster's count of free CPUs (GPUs), not
+`workers`. A task whose worker dies (a killed process, a lost node) is retried up to
+`MAX_RETRIES` times; a GRPO run then resumes from its own checkpoint. A job that raises is not
+retried: the first one is raised, the rest are cancelled.
+"""
+
+from __future__ import annotations
+
+import os
+import reprlib
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import ray
+except ModuleNotFoundError as err:
+    raise ImportError("the ray backend needs Ray: pip install 'logra[cluster]'") from err
+from tqdm.auto import tqdm
+
+from logra.models.determinism import pinned_environment
+
+MAX_RETRIES = 3  # attempts after a system failure (a dead worker), not after an exception
+PIN_VARIABLES = sorted(set(pinned_environment()) - {"OMP_NUM_THREADS"})
+
+
+def connect() -> None:
+    """Join the cluster at RAY_ADDRESS (default "auto": the one `ray start` started on this
+    machine), or start a local one when none is found there; nothing when Ray is initialized."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
+    except ConnectionError:
+        ray.init(address="local")
+
+
+def task_environment() -> dict[str, dict[str, str]]:
+    """The tasks' runtime_env: one OpenMP thread, and the CPU pin variables set here."""
+    pinned = {name: os.environ[name] for name in PIN_VARIABLES if name in os.environ}
+    return {"env_vars": {**pinned, "OMP_NUM_THREADS": "1"}}
+
+
+@ray.remote
+def _call(fn: Callable[..., Any], args: tuple) -> Any:
+    """`fn(*args)`, on a Ray worker."""
+    return fn(*args)
+
+
+def wants_gpu(args: tuple) -> bool:
+    """Whether a job runs on a GPU: its first argument is a config whose `device` is cuda (or
+    auto, on a cluster with GPUs)."""
+    config = args[0] if args else None
+    if not isinstance(config, dict) or not isinstance(config.get("device"), str):
+        return False
+    device = config["device"]
+    if device == "auto":
+        return ray.cluster_resources().get("GPU", 0) > 0
+    return device.startswith("cuda")
+
+
+def job_label(index: int, fn: Callable[..., Any], args: tuple) -> str:
+    """How an error names a job: its index, function and run name (or a short repr of its first
+    argument)."""
+    first = args[0] if args else None
+    if isinstance(first, dict) and first.get("run_name"):
+        detail = f"run_name={first['run_name']!r}"
+    else:
+        detail = reprlib.repr(first) if args else ""
+    return f"job {index} ({getattr(fn, '__name__', fn)}({detail}))"
+
+
+def _submit(fn: Callable[..., Any], args: tuple, gpu: bool) -> ray.ObjectRef:
+    """Start `fn(*args)` as a task on one CPU thread, with one GPU when `gpu`."""
+    task = _call.options(num_cpus=1, num_gpus=int(gpu), max_retries=MAX_RETRIES,
+                         retry_exceptions=False, runtime_env=task_environment())
+    return task.remote(fn, args)
+
+
+def _original(err: ray.exceptions.RayError) -> BaseException:
+    """The exception a job raised on its worker, or the system failure itself."""
+    if isinstance(err, ray.exceptions.RayTaskError) and isinstance(err.cause, BaseException):
+        return err.cause
+    return err
+
+
+def _result(ref: ray.ObjectRef, index: int, job: tuple[Callable[..., Any], tuple]) -> Any:
+    """The finished task's result; a RuntimeError naming job `index` (the original as its
+    cause) when it failed."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as err:
+        cause = _original(err)
+        raise RuntimeError(f"{job_label(index, *job)} failed: {cause!r}") from cause
+
+
+def run(jobs: list[tuple[Callable[..., Any], tuple]], desc: str, progress: bool,
+        gpus: bool | None) -> list[Any]:
+    """`fn(*args)` of every job as Ray tasks, results in job order; `gpus` None asks
+    `wants_gpu` per job. The first failed job is raised (`_result`), and an interrupt too,
+    once the unfinished tasks are cancelled."""
+    connect()
+    refs = [_submit(fn, args, wants_gpu(args) if gpus is None else gpus) for fn, args in jobs]
+    index = {ref: i for i, ref in enumerate(refs)}
+    results: list[Any] = [None] * len(jobs)
+    pending = list(refs)
+    with tqdm(total=len(jobs), desc=desc, unit="run", disable=not progress) as bar:
+        try:
+            while pending:
+                [ready], pending = ray.wait(pending, num_returns=1)
+                results[index[ready]] = _result(ready, index[ready], jobs[index[ready]])
+                bar.update()
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref)
+            raise
+    return results
