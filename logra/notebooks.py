@@ -24,6 +24,7 @@ NOTEBOOKS_DIR = paths.RESOURCES_DIR / "notebooks"
 NOTEBOOKS: dict[str, str] = {
     "01_sketch_error": "sketch_error",
     "02_memory": "memory",
+    "11_rl_regime": "rl_regime",
     "03_kl_trajectories": "kl_trajectories",
     "04_optimizer_comparison": "comparison",
     "09_kl_control": "kl_control",

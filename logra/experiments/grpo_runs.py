@@ -26,7 +26,8 @@ from logra.rl import run_grpo
 
 # keys of experiments/grpo.yaml an experiment sets (null in its YAML: grpo.yaml's value)
 GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "max_new_tokens",
-             "eval_every", "eval_prompts", "eval_batch_size", "results_dir")
+             "eval_every", "eval_prompts", "eval_batch_size", "eval_samples",
+             "eval_sampled_prompts", "results_dir")
 ALWAYS_SHOWN = ("optimizer", "seed", "steps", "lr")  # keys `command` writes even at their default
 
 

@@ -33,6 +33,11 @@ from logra.rl.grpo import group_advantages, grpo_loss
 from logra.rl.rollout import completion_logits, sample, token_logprobs
 
 DIRECTIONS = ("gradient", "adam")
+COLUMNS = ("direction", "norm", "reward", "change", "stderr", "batch_reward")
+
+
+class NoRewardSpread(ValueError):
+    """The probe's batch has no policy gradient: every group's completions graded alike."""
 Reward = Callable[[str, str], float]
 
 
@@ -116,6 +121,6 @@ def _unit(grads: list[Tensor], direction: str) -> list[Tensor]:
     steps = [-g if direction == "gradient" else -g.sign() for g in grads]
     norm = torch.stack([s.float().norm() for s in steps]).norm()
     if not norm > 0:
-        raise ValueError("the batch's policy gradient is zero: every group graded alike "
-                         "(no reward spread); use more prompts or a larger group")
+        raise NoRewardSpread("the batch's policy gradient is zero: every group graded alike "
+                             "(no reward spread); use more prompts or a larger group")
     return [s / norm for s in steps]
