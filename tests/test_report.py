@@ -37,3 +37,20 @@ def test_the_table_is_padded_into_columns_and_takes_digits(read_markdown) -> Non
     assert len(lines) == 2 + len(FRAME) and len({len(line) for line in lines}) == 1
     assert lines[1].startswith("|:-")  # the alignment row
     assert read_markdown(text)[1][1] == "2.1"
+
+
+def test_the_same_figure_is_written_to_the_same_bytes(tmp_path) -> None:
+    """No creation date in the PDF: regenerating an unchanged figure leaves its files alone."""
+    import time
+
+    import matplotlib.pyplot as plt
+
+    from logra.experiments.report import save_figure
+
+    written = []
+    for out in ("a", "b"):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [1, 0])
+        written.append([p.read_bytes() for p in save_figure(fig, "line", tmp_path / out)])
+        time.sleep(1.1)  # a PDF's CreationDate has one-second resolution
+    assert written[0] == written[1]

@@ -39,9 +39,13 @@ class ClaimRow:
 
 
 def save_figure(fig: plt.Figure, name: str, out_dir: str | Path = FIGURES_DIR) -> list[Path]:
-    """Write NAME.png (150 dpi) and NAME.pdf (vector) into out_dir; close the figure."""
+    """Write NAME.png (150 dpi) and NAME.pdf (vector) into out_dir; close the figure.
+
+    The PDF carries no creation date, so the same figure gives the same bytes (a rerun that
+    changes nothing leaves the committed files, and `git status`, as they were)."""
     paths = []
-    for suffix, kwargs in ((".png", {"dpi": 150}), (".pdf", {})):
+    for suffix, kwargs in ((".png", {"dpi": 150}),
+                           (".pdf", {"metadata": {"CreationDate": None}})):
         path = Path(out_dir) / f"{name}{suffix}"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=suffix[1:], bbox_inches="tight", **kwargs)
