@@ -255,6 +255,23 @@ def test_observe_kl_pairs_the_measured_kl_with_the_applied_estimate() -> None:
     assert opt.observe_kl(5e-4)
     assert opt.kl_fit.scale == pytest.approx(5e-4 / (info["gamma"] ** 2 * info["diag_kl"]))
     assert not opt.observe_kl(0.0)
+    assert not opt.observe_kl(-1e-9)  # round-off below 0: not used, no error
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0])
+def test_observe_kl_refuses_a_kl_that_is_no_kl(bad: float) -> None:
+    """NaN or a negative KL once went into the fit and switched the calibration off."""
+    policy = SoftmaxPolicy()
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(9))
+    opt = LoGRA(policy.parameters(), lr=1e-2, rank=4, predicted_kl_threshold=1e-3,
+                kl_estimator="calibrated")
+    policy_gradient_step(policy, x)
+    opt.step()
+    fit = list(opt.kl_fit.log_ratios)
+    with pytest.raises(ValueError, match="observe_kl needs the measured KL"):
+        opt.observe_kl(bad)
+    assert opt.kl_fit.log_ratios == fit
+    assert opt.observe_kl(1e-4) and opt.kl_fit.calibrated
 
 
 def test_calibration_survives_a_checkpoint() -> None:

@@ -71,6 +71,8 @@ from logra.optim.kl import (
 # Frames between the uncalibrated warning and the code that called `LoGRA.step()`:
 # `_warn_uncalibrated`, `KLControl.predict`, `LoGRA.step`, torch's no_grad and profile wrappers.
 _CALLER_OF_STEP = 6
+# A measured KL between two close policies can come out this far below 0 by fp32 round-off.
+ROUND_OFF_KL = 1e-6
 
 
 class FisherTerm(Protocol):
@@ -163,7 +165,15 @@ class KLControl:
 
     def observe_kl(self, last_step: dict[str, Any], kl: float) -> bool:
         """Fit the pair (γ²·d, kl) of the step `last_step` describes (`LoGRA.last_step`): its
-        applied diagonal estimate and the KL the trainer measured. Whether the pair was used."""
+        applied diagonal estimate and the KL the trainer measured. Whether the pair was used.
+
+        A NaN, infinite or clearly negative KL (below −ROUND_OFF_KL) is a caller's bug, refused
+        with a ValueError before it reaches the fit (it would switch the calibration off); a KL
+        of 0 or a round-off negative is not used."""
+        kl = float(kl)
+        if not math.isfinite(kl) or kl < -ROUND_OFF_KL:
+            raise ValueError(f"observe_kl needs the measured KL of the last step in nats per "
+                             f"token (finite, >= 0), got {kl}")
         if (not last_step or not math.isfinite(last_step.get("diag_kl", math.nan))
                 or last_step["skipped"]):
             return False  # diag_kl first: a control-off step's `skipped` is a device tensor
