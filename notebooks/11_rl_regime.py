@@ -93,3 +93,18 @@ report.show_figure(rr.plot_training(frame, cfg), "rl_regime_training", figures_d
 probe = rr.probe(cfg)
 report.show_table(probe, "rl_regime_probe", figures_dir)
 report.show_figure(rr.plot_probe(probe), "rl_regime_probe", figures_dir)
+
+# %% [markdown]
+# ## 4 · The kit's GRPO against TRL's
+#
+# TRL's `GRPOTrainer` on the same policy, task, grader, group size, batch and learning rate, set
+# to the kit's algorithm and optimizer (token-level loss, group advantages, no KL penalty, one
+# update per batch; constant lr, no gradient clipping, fp32: `logra.experiments.trl_check`).
+# Their random streams differ (prompt order, sampling noise), so the curves are compared over
+# seeds, block by block: do the seed ranges meet?
+
+# %%
+ours, theirs = rr.trl_runs(cfg)
+report.show_figure(rr.plot_trl(ours, theirs, cfg), "rl_regime_trl", figures_dir)
+report.show_table(rr.trl_check.agreement(ours, theirs, block=max(1, cfg["trl_steps"] // 5)),
+                  "rl_regime_trl", figures_dir)

@@ -75,6 +75,8 @@ def test_notebook_writes_the_table_the_curves_and_the_probe(executed, assert_fig
     assert (table["sampled_problems"] == cfg["eval_sampled_prompts"]).all()
     probe = pd.read_csv(out / "rl_regime_probe.csv")  # the smoke policy solves nothing:
     assert probe.empty and list(probe.columns) == list(PROBE_COLUMNS)  # nothing to step along
-    for name in ("rl_regime_training", "rl_regime_probe"):
+    trl = pd.read_csv(out / "rl_regime_trl.csv")
+    assert trl["steps"].tolist() == ["1-1", "2-2"] and trl["overlap"].dtype == bool
+    for name in ("rl_regime_training", "rl_regime_probe", "rl_regime_trl"):
         for suffix in (".png", ".pdf"):
             assert_figure(out / f"{name}{suffix}")

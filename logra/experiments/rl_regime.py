@@ -14,7 +14,8 @@ of the table. The regime passes on a task when every seed does.
 
 Beside it: the policy-improvement probe of the policy before RL (`logra.rl.probe`): one batch's
 gradient, and steps along it and along Adam's first step (its sign), each graded on paired fresh
-completions.
+completions; and TRL's GRPOTrainer on the same config (`logra.experiments.trl_check`), its
+training reward against the kit's over the first `trl_steps` steps of `trl_seeds`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pandas as pd
 
 from logra import io
 from logra.config import load_config
-from logra.experiments import grpo_runs
+from logra.experiments import grpo_runs, trl_check
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import line_with_band
 from logra.rl import config as grpo
@@ -142,6 +143,41 @@ def probe(cfg: dict[str, Any]) -> pd.DataFrame:
         table = pd.DataFrame(columns=list(PROBE_COLUMNS))
     io.write_frame(path, table)
     return table
+
+
+def trl_runs(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The kit's and TRL's training reward per step and seed on the first task, over the first
+    `trl_steps` steps of the seeds `trl_seeds` (the kit's from its runs' records, TRL's from
+    `trl_check.trl_run`, cached as CSV in the results directory)."""
+    configs = {seed: {**grpo_config(cfg, cfg["tasks"][0], seed), "steps": cfg["trl_steps"]}
+               for seed in cfg["trl_seeds"]}
+    paths = {seed: grpo.data_dir(c).parent / "trl" / f"{EXPERIMENT}-{grpo.config_hash(c)}-"
+             f"{c['steps']}.csv" for seed, c in configs.items()}
+    missing = [seed for seed, path in paths.items() if not path.exists()]
+    frames = run_jobs([(trl_check.trl_run, (configs[seed],)) for seed in missing], cfg["workers"],
+                      f"{EXPERIMENT} (TRL)", progress=progress)
+    for seed, frame in zip(missing, frames, strict=True):
+        io.write_frame(paths[seed], frame)
+    theirs = pd.concat([pd.read_csv(paths[seed]).assign(seed=seed) for seed in configs],
+                       ignore_index=True)
+    ours = pd.concat([grpo_runs.grpo_job(c).assign(seed=seed) for seed, c in configs.items()],
+                     ignore_index=True)
+    return ours[ours["step"] <= cfg["trl_steps"]], theirs
+
+
+def plot_trl(ours: pd.DataFrame, theirs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Training reward per step, the kit's GRPO and TRL's, rolling means over `smooth_steps`
+    (lines: mean over seeds; bands: lowest to highest seed)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
+    smooth = trl_check.curves(ours, theirs, cfg["smooth_steps"])
+    for source, color in (("kit", "black"), ("TRL", "tab:orange")):
+        line_with_band(ax, smooth[smooth["source"] == source], "step", "reward", color=color,
+                       lw=1.3, label=f"{source} ({len(cfg['trl_seeds'])} seeds)")
+    ax.set(xlabel="GRPO step", ylabel="training reward (rolling mean)",
+           title=f"The kit's GRPO and TRL's GRPOTrainer: {cfg['tasks'][0]}, the same config")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
 
 
 def plot_training(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
