@@ -19,6 +19,7 @@ library and, when a file is read, yaml: every layer of the package may import th
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,24 @@ def read_spec(experiment: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     if not isinstance(spec, dict) or not isinstance(spec.get("defaults"), dict):
         raise ConfigError(f"{path} has no `defaults:` mapping (see logra.config)")
     scales = spec.get("scales") or {FIGURES_SCALE: {}}
-    return spec["defaults"], scales
+    return _numbers(spec["defaults"]), {name: _numbers(values or {})
+                                        for name, values in scales.items()}
+
+
+# A number as YAML 1.1 (PyYAML) leaves it a string: an exponent without a dot, `1e-4`.
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def as_number(value: Any) -> Any:
+    """`value`, or the float a string such as "1e-4" stands for (YAML 1.1 reads an exponent
+    without a dot as a string; YAML 1.2 and Python read it as the number a user meant)."""
+    if isinstance(value, str) and NUMBER.fullmatch(value) and any(c in value for c in "eE."):
+        return float(value)
+    return value
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: as_number(value) for key, value in values.items()}
 
 
 def scales_of(experiment: str | os.PathLike) -> list[str]:

@@ -276,6 +276,19 @@ def test_any_grpo_config_file_is_accepted_and_other_files_are_refused(tmp_path) 
         cfg.resolve("sketch_error", "smoke")
 
 
+def test_a_config_file_in_yaml_1_1_numbers_means_what_it_says(tmp_path) -> None:
+    """`lr: 1e-4` (PyYAML reads an exponent without a dot as a string) is the number 1e-4; a
+    value that is no number is a ConfigError naming the key, not a TypeError."""
+    text = (EXPERIMENTS_DIR / "grpo.yaml").read_text()
+    copy = tmp_path / "yaml11.yaml"
+    copy.write_text(text.replace("lr: 1.0e-4 ", "lr: 1e-4 ")
+                    .replace("clip_eps: 0.2", "clip_eps: 2e-1"))
+    assert cfg.resolve(copy, "smoke") == cfg.resolve("grpo", "smoke")
+    copy.write_text(text.replace("lr: 1.0e-4 ", "lr: fast "))
+    with pytest.raises(ConfigError, match="lr must be a number, got 'fast'"):
+        cfg.resolve(copy, "smoke")
+
+
 def test_run_directory_ignores_steps_but_not_results() -> None:
     config = cfg.resolve("grpo", "smoke")
     assert cfg.run_dir(config) == cfg.run_dir({**config, "steps": 99, "checkpoint_every": 7})

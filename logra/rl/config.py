@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from logra.config import ConfigError, load_config, read_spec
+from logra.config import ConfigError, as_number, load_config, read_spec
 from logra.data import TASKS
 from logra.models import SCALES
 from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
@@ -42,7 +41,6 @@ ONLY_WITH = {"kl_drift_window": "kl_drift_budget", "drift_probe_every": "drift_p
              "drift_probe_prompts": "drift_probe_every", "kl_drift_source": "kl_drift_source",
              "eval_samples": "eval_samples", "eval_sampled_prompts": "eval_samples"}
 DRIFT_SOURCES = ("probe",)  # kl_drift_source: null (each step's batch KL) or one of these
-NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
                  "eval_every", "eval_prompts", "eval_batch_size", "checkpoint_every", "rank",
                  "lora_rank", "threads", "kl_horizon", "kl_drift_window", "drift_probe_prompts")
@@ -66,8 +64,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as err:
             raise ConfigError(f"cannot parse the value of {key!r}: {value!r} ({err})") from err
-        if isinstance(parsed, str) and NUMBER.fullmatch(parsed):
-            parsed = float(parsed)
+        parsed = as_number(parsed)
         overrides[key.strip()] = parsed
     return overrides
 
@@ -98,6 +95,9 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         value = config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
+    for key in (*NONNEGATIVE, *POSITIVE):
+        if isinstance(config[key], bool) or not isinstance(config[key], int | float):
+            raise ConfigError(f"{key} must be a number, got {config[key]!r}")
     for key in NONNEGATIVE:
         if not config[key] >= 0:
             raise ConfigError(f"{key} must be >= 0, got {config[key]!r}")
