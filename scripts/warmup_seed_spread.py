@@ -2,14 +2,15 @@
 
 For each warm-up seed, proxy-1m is warmed up with that seed (seed 0 is the shipped build, copied;
 the others take about 10 minutes each on two cores), then notebook 04's C7 comparison runs on it
-(dense AdamW and LoGRA, 3 GRPO seeds, 100 steps, default scale: about 15 minutes per warm-up
-seed). Writes figures/warmup_seed_spread.{csv,md}: per warm-up seed, the warm-up's stop step and
-test accuracy, the policy before RL, AdamW's and LoGRA's mean pass@1 on gsm-synth and
-math-synth, C7's two parts (LoGRA's difference to AdamW per task and whether it is inside the
-rule's margin; whether dense AdamW improved on the policy before RL) and its verdict by its own
+(dense AdamW and LoGRA, each with its default-scale lr sweep: 6 runs of 100 steps, about
+1.5 hours per warm-up seed on two cores). Writes figures/warmup_seed_spread.{csv,md}: per
+warm-up seed, the warm-up's stop step and test accuracy, the policy before RL, AdamW's and
+LoGRA's held-out greedy and sampled pass@1, C7's two parts (LoGRA's paired difference to AdamW
+per measure and whether it is significantly below; whether dense AdamW improved significantly
+on the policy before RL) and its verdict by its own
 rule (`comparison.c7_claim`); then the mean and the range over warm-up seeds of every number.
 
-    .venv/bin/python scripts/warmup_seed_spread.py --seeds 0 1 2 3   # ~1.5 h on two cores
+    .venv/bin/python scripts/warmup_seed_spread.py --seeds 0 1 2 3   # ~6 h on two cores
 """
 
 from __future__ import annotations
@@ -40,23 +41,23 @@ def row(seed: int, scale: str = "proxy-1m", experiment_scale: str = "default",
     warmup = json.loads((model / "warmup.json").read_text())
     cfg = comparison.config(experiment_scale, models=[str(model)], methods=["adamw", "logra"],
                             results_dir=str(results_dir))
-    frame = comparison.run(cfg)
-    return summarise(seed, warmup, comparison.c7_pairs(frame, cfg),
-                     comparison.c7_claim(frame, cfg).verdict)
+    runs, problems = comparison.run(cfg)
+    return summarise(seed, warmup, comparison.c7_pairs(runs, problems, cfg),
+                     comparison.c7_claim(runs, problems, cfg).verdict)
 
 
 def summarise(seed: int, warmup: dict, pairs: pd.DataFrame, verdict: str) -> dict:
     """One warm-up seed's row: its warm-up (`warmup.json`), C7's pairs (`comparison.c7_pairs`,
     one model) and verdict, split into C7's two parts: LoGRA's difference to AdamW on each
-    task with "matches" (k/n tasks), and whether dense AdamW learned anything over the policy
+    measure with "matches" (k/n measures), and whether dense AdamW learned over the policy
     before RL (without which "reproduced" is capped at "partly")."""
     values = {"warm-up seed": seed, "warm-up steps": warmup["warmup_steps"],
               "warm-up test gsm-synth, %": 100 * warmup["test_accuracy"]["gsm-synth"]}
     for pair in pairs.itertuples():
         for method in ("base", "adamw", "logra"):
-            values[f"{method} {pair.task}, %"] = getattr(pair, method)
+            values[f"{method} {pair.measure}, %"] = getattr(pair, method)
     for pair in pairs.itertuples():
-        values[f"LoGRA − AdamW {pair.task}, pts"] = pair.difference
+        values[f"LoGRA − AdamW {pair.measure}, pts"] = pair.difference
     values["LoGRA matches AdamW"] = f"{int(pairs['matches'].sum())}/{len(pairs)}"
     values["AdamW above base"] = "yes" if pairs["adamw_learned"].any() else "no"
     values["C7 verdict"] = verdict

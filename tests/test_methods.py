@@ -44,7 +44,8 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
     added = Method("logra-r4", "logra", "LoGRA rank 4", color="#123456", settings={"rank": 4})
     monkeypatch.setitem(METHODS, added.name, added)
 
-    cfg = grpo_runs.check_runs(comparison.config("smoke", methods=["adamw", "logra-r4"]))
+    cfg = comparison.config("smoke", methods=["adamw", "logra-r4"],
+                            lr_grid={"adamw": [1e-4], "logra-r4": [3e-4]})
     run = grpo_runs.grpo_config(cfg, "logra-r4", seed=1)
     assert (run["optimizer"], run["rank"], run["seed"]) == ("logra", 4, 1)
     assert run["predicted_kl_threshold"] == cfg["kl_budget"]  # controlled: the experiment's δ
@@ -55,9 +56,10 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
     assert kl_control.grpo_config(kl_cfg, sweep[0])["rank"] == 4
 
     assert palette(["adamw", "logra-r4"]) == {"dense AdamW": "black", "LoGRA rank 4": "#123456"}
-    frame = pd.DataFrame([
-        dict(model="smoke", task=t, method=m, seed=s, accuracy=0.1 * s + 0.05, steps=2)
-        for t in cfg["eval_tasks"] for m in ("adamw", "logra-r4") for s in (0, 1)])
-    figure = comparison.plot_accuracy(frame, cfg)
+    runs = pd.DataFrame([
+        dict(model="smoke", method=m, lr=cfg["lr_grid"][m][0], seed=s, greedy=0.1 * s + 0.05,
+             sampled=0.1 * s, greedy_before=0.05, sampled_before=0.0, steps=2)
+        for m in ("adamw", "logra-r4") for s in (0, 1)])
+    figure = comparison.plot_accuracy(runs, cfg)
     drawn = {to_hex(patch.get_facecolor()) for ax in figure.axes for patch in ax.patches}
     assert "#123456" in drawn and "#000000" in drawn

@@ -1,5 +1,5 @@
-"""The optimizer-comparison notebook end to end at smoke scale, its verdict rules on hand-made
-frames, run sharing with the KL notebook, and the proxy preparation of `logra-repro reproduce`."""
+"""The optimizer-comparison notebook end to end at smoke scale, its lr choice, paired tests and
+verdict rules on hand-made runs, and the proxy preparation of `logra-repro reproduce`."""
 
 from __future__ import annotations
 
@@ -7,64 +7,79 @@ import json
 import re
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from logra import notebooks
 from logra.experiments import comparison as cmp
-from logra.experiments import grpo_runs
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.report import VERDICTS
+from logra.methods import METHODS
 from logra.models import SCALES
 from logra.rl import config as grpo
 
 
-def shared_results(tmp_path_factory: pytest.TempPathFactory):
-    """The session's results directory of tests/test_notebook_kl.py: the smoke runs of the KL
-    notebook are reused here, as in `logra-repro reproduce`."""
-    path = tmp_path_factory.getbasetemp() / "grpo-smoke-results"
-    path.mkdir(exist_ok=True)
-    return path
-
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
+def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
     out = tmp_path_factory.mktemp("comparison")
-    results = shared_results(tmp_path_factory)
     notebooks.execute(cmp.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                     "results_dir": str(results)}, executed_dir=out)
-    return out, results
+                                     "results_dir": str(smoke_results)}, executed_dir=out)
+    return out, smoke_results
 
 
 # ---------------------------------------------------------------- the notebook
 
 
-def test_notebook_writes_figures_and_the_papers_table(executed, assert_figure) -> None:
+def test_notebook_sweeps_then_runs_the_seeds_at_the_chosen_lr(executed, assert_figure) -> None:
     out, results = executed
     for name in cmp.FIGURES:
         for suffix in (".png", ".pdf"):
             assert_figure(out / f"{name}{suffix}")
     cfg = cmp.config("smoke")
+    runs = pd.read_csv(out / "comparison_runs.csv")
+    # the sweep: every lr of every grid at seed 0; then seed 1 at each chosen lr only
+    sweep = runs[runs["seed"] == cfg["sweep_seed"]]
+    assert sorted(zip(sweep["method"], sweep["lr"], strict=True)) == sorted(
+        (m, lr) for m in cfg["methods"] for lr in cfg["lr_grid"][m])
+    swept = pd.read_csv(out / "comparison_sweep.csv")
+    chosen = swept[swept["lr choice"].notna()].set_index("method")["lr"]
+    assert len(chosen) == len(cfg["methods"])
+    later = runs[runs["seed"] == 1].set_index("method")["lr"]
+    assert later.to_dict() == {m: chosen[METHODS[m].label] for m in cfg["methods"]}
+    assert swept.set_index("method").loc["LoRA", "lr choice"] == "not swept"
+    assert runs[["greedy", "sampled", "greedy_before"]].stack().between(0, 100).all()
+    assert (runs["state_bytes"] > 0).all() and (runs["steps"] == cfg["steps"]).all()
+    assert runs["math-synth greedy"].between(0, 100).all()  # the extra eval task
+    lora = runs[runs["method"] == "lora"]["state_bytes"].iloc[0]
+    adamw = runs[runs["method"] == "adamw"]["state_bytes"].iloc[0]
+    assert lora < adamw  # adapters' moments only
+    # every run holds its per-problem evaluations before and after
+    stored = cmp.config("smoke", results_dir=str(results))
+    run_dir = grpo.run_dir(cmp.grpo_config(stored, "smoke", "adamw", 0, 1.0e-4))
+    problems = pd.read_csv(run_dir / "problems.csv")
+    assert sorted(problems["step"].unique()) == [0, cfg["steps"]]
+    assert len(problems) == 2 * cfg["eval_prompts"]
+
+
+def test_notebook_writes_the_papers_table_and_the_tests(executed) -> None:
+    out, _ = executed
+    cfg = cmp.config("smoke")
     table = pd.read_csv(out / "comparison.csv", dtype=str, keep_default_na=False)
     assert list(table["method"]) == ["policy before RL",
-                                     *[grpo_runs.METHODS[m].label for m in cfg["methods"]]]
-    for column in ("smoke GSM8K-like (gsm-synth), %", "smoke MATH-like (math-synth), %",
-                   "reported 27B GSM8K, %", "reported 27B MATH, %",
-                   "smoke optimizer state, MB", "smoke s/step"):
+                                     *[METHODS[m].label for m in cfg["methods"]]]
+    for column in ("greedy pass@1, %", "sampled pass@1, %", "greedy vs dense, pts",
+                   "sampled vs dense, pts", "math-synth greedy, %", "reported 27B GSM8K, %",
+                   "reported 27B MATH, %", "optimizer state, MB", "s/step"):
         assert column in table.columns, column
     reported = table.set_index("method")
     assert reported.loc["LoGRA gain + KL control", "reported 27B GSM8K, %"] == "84.2"
     assert reported.loc["LoRA", "reported 27B MATH, %"] == "44.4"
-    runs = pd.read_csv(out / "comparison_runs.csv")
-    assert len(runs) == 1 + len(cfg["methods"]) * len(cfg["seeds"])
-    trained = runs[runs["method"] != "base"]
-    assert trained["gsm-synth pass@1, %"].between(0, 100).all()
-    assert (trained["state_bytes"] > 0).all() and (trained["steps"] == cfg["steps"]).all()
-    lora = trained[trained["method"] == "lora"]["state_bytes"].iloc[0]
-    adamw = trained[trained["method"] == "adamw"]["state_bytes"].iloc[0]
-    assert lora < adamw  # adapters' moments only
-    # the held-out accuracies are cached beside the runs
-    assert len(list((results / "heldout").glob("*.json"))) == len(cfg["methods"]) * len(
-        cfg["seeds"])
+    assert reported.loc["dense AdamW", "greedy vs dense, pts"] == "the reference"
+    assert " ± " in reported.loc["LoRA", "greedy pass@1, %"]  # two seeds
+    tests = pd.read_csv(out / "comparison_tests.csv")
+    assert tests["greedy_gain_p"].between(0, 1).all()
+    assert tests["greedy_vs_dense_p"].isna().sum() == 1  # dense AdamW against itself: none
 
 
 def test_notebook_claim_rows(executed) -> None:
@@ -91,131 +106,183 @@ def test_the_executed_notebook_reads_cleanly(executed) -> None:
     notebook = json.loads((out / f"{cmp.NOTEBOOK}.ipynb").read_text())
     stderr = ["".join(output["text"]) for cell in notebook["cells"]
               for output in cell.get("outputs", []) if output.get("name") == "stderr"]
-    assert any("comparison:" in text for text in stderr)  # the runs' one bar is there
+    assert any("comparison (lr sweep):" in text for text in stderr)
     noisy = [line for text in stderr for line in text.splitlines() if NOISE.search(line)]
     assert not noisy, noisy
 
 
-def test_comparison_reuses_the_kl_notebooks_runs() -> None:
-    """With equal settings the adamw and logra runs are the same run directories, so the
-    comparison reads the KL notebook's runs back instead of rerunning them."""
-    for scale in ("smoke", "default"):
-        kl, comp = kt.config(scale), cmp.config(scale)
-        for method in ("adamw", "logra"):
-            for seed in comp["seeds"]:
-                assert grpo.run_dir(grpo_runs.grpo_config(kl, method, seed)) == grpo.run_dir(
-                    cmp.grpo_config(comp, comp["models"][0], method, seed)), (scale, method)
-
-
-def test_scales() -> None:
-    assert cmp.config("default")["models"] == ["proxy-1m"]
-    assert cmp.config("full")["models"] == ["proxy-1m", "proxy-4m"]
+def test_scales_and_bad_configs() -> None:
+    default = cmp.config("default")
+    assert default["models"] == ["proxy-1m"] and default["seeds"] == [0]
+    run = cmp.grpo_config(default, "proxy-1m", "lora", 0, 1e-3)
+    assert (run["group_size"], run["prompts_per_step"], run["eval_every"]) == (16, 8, 100)
+    assert (run["eval_prompts"], run["eval_samples"], run["eval_sampled_prompts"]) == (
+        5000, 4, 2000)
+    assert all(len(cmp.config("full")["lr_grid"][m]) == 3 for m in default["methods"])
     gpu = cmp.config("7b")
     config = cmp.grpo_config(gpu, gpu["models"][0], "lora", 0)
     assert config["model"] == "Qwen/Qwen2.5-7B-Instruct" and config["task"] == "gsm8k"
-    assert gpu["eval_tasks"] == ["gsm8k", "math"]
+    assert gpu["extra_eval_tasks"] == ["math"]
     with pytest.raises(ValueError, match="unknown methods"):
-        cmp.config("smoke", methods=["adamw", "sgd"])
+        cmp.config("smoke", methods=["adamw", "sgd"], lr_grid={"adamw": [1.0], "sgd": [1.0]})
+    with pytest.raises(ValueError, match="no learning rates for methods \\['logra'\\]"):
+        cmp.config("smoke", lr_grid={"adamw": [1e-4], "lora": [1e-3]})
+    with pytest.raises(ValueError, match="positive numbers"):
+        cmp.config("smoke", lr_grid={"adamw": [-1e-4], "lora": [1e-3], "logra": [1e-3]})
+    with pytest.raises(ValueError, match="must include 'adamw'"):
+        cmp.config("smoke", methods=["lora", "logra"])
+    with pytest.raises(ValueError, match="sweep_seed 5"):
+        cmp.config("smoke", sweep_seed=5)
 
 
-# ---------------------------------------------------------------- verdict rules
+# ---------------------------------------------------------------- lr choice, tests, verdicts
 
 
-def _frame(accuracy: dict[str, dict[str, list[float]]], model: str = "proxy-1m") -> pd.DataFrame:
-    """Hand-made results: {method: {task: [accuracy per seed, in %]}}."""
-    rows = []
-    for method, tasks in accuracy.items():
-        for task, values in tasks.items():
-            for seed, value in enumerate(values):
-                rows.append(dict(model=model, method=method, seed=seed, task=task,
-                                 accuracy=value / 100, final_kl=0.01, state_bytes=1e6,
-                                 step_seconds=1.0, steps=100))
-    return pd.DataFrame(rows)
+PROBLEMS = 400
 
 
-def _cfg(models=("proxy-1m",), tasks=("gsm-synth", "math-synth")) -> dict:
-    return cmp.config("default", methods=["adamw", "lora", "logra"], models=list(models),
-                      eval_tasks=list(tasks))
+def _outcomes(rate: float, rng: np.random.Generator) -> np.ndarray:
+    return (rng.random(PROBLEMS) < rate).astype(float)
+
+
+def _made(spec: dict[str, dict[float, tuple[float, float]]], seeds=(0,), base=(0.30, 0.20),
+          model: str = "proxy-1m") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Hand-made runs and problems: {method: {lr: (greedy rate, sampled rate)}} at every seed,
+    outcomes drawn per problem around those rates (sampled: means of 4 draws)."""
+    rng = np.random.default_rng(0)
+    rows, problems = [], []
+    before = {"greedy": _outcomes(base[0], rng),
+              "sampled": np.mean([_outcomes(base[1], rng) for _ in range(4)], axis=0)}
+    problems.append(pd.DataFrame(dict(model=model, method=cmp.BASE, lr=np.nan, seed=-1,
+                                      problem=range(PROBLEMS), **before)))
+    for method, lrs in spec.items():
+        for lr, (greedy, sampled) in lrs.items():
+            for seed in seeds:
+                g = _outcomes(greedy, rng)
+                s = np.mean([_outcomes(sampled, rng) for _ in range(4)], axis=0)
+                problems.append(pd.DataFrame(dict(model=model, method=method, lr=lr, seed=seed,
+                                                  problem=range(PROBLEMS), greedy=g,
+                                                  sampled=s)))
+                rows.append(dict(model=model, method=method, lr=lr, seed=seed,
+                                 greedy_before=before["greedy"].mean(), greedy=g.mean(),
+                                 sampled_before=before["sampled"].mean(), sampled=s.mean(),
+                                 final_kl=0.01, state_bytes=1e6, step_seconds=1.0, steps=100))
+    return pd.DataFrame(rows), pd.concat(problems, ignore_index=True)
+
+
+def _cfg(spec, seeds=(0,), models=("proxy-1m",)) -> dict:
+    return cmp.config("default", methods=list(spec), seeds=list(seeds), models=list(models),
+                      lr_grid={m: sorted(lrs) for m, lrs in spec.items()})
+
+
+def test_the_chosen_lr_is_the_best_sampled_and_bracketed_only_inside_the_grid() -> None:
+    spec = {"adamw": {1e-5: (0.3, 0.2), 1e-4: (0.4, 0.35), 1e-3: (0.2, 0.1)},
+            "lora": {1e-4: (0.3, 0.2), 1e-3: (0.3, 0.25)},
+            "logra": {3e-4: (0.35, 0.3)}}
+    runs, _ = _made(spec)
+    chosen = cmp.choose(runs, _cfg(spec)).loc["proxy-1m"]
+    assert chosen.loc["adamw", "lr"] == 1e-4 and chosen.loc["adamw", "bracketed"]
+    assert chosen.loc["lora", "lr"] == 1e-3 and not chosen.loc["lora", "bracketed"]
+    assert not chosen.loc["logra", "bracketed"] and chosen.loc["logra", "grid"] == 1
+    marks = cmp.sweep_table(runs, _cfg(spec)).set_index(["method", "lr"])["lr choice"]
+    assert marks[("dense AdamW", 1e-4)] == "chosen" and marks[("dense AdamW", 1e-3)] == ""
+    assert marks[("LoRA", 1e-3)] == "chosen, at the grid's end"
+    assert marks[("LoGRA gain + KL control", 3e-4)] == "not swept"
+
+
+def test_paired_tests_find_a_real_difference_and_not_a_null_one() -> None:
+    spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.30, 0.20)},
+            "logra": {3e-4: (0.45, 0.40)}}
+    runs, problems = _made(spec)
+    table = cmp.paired_table(runs, problems, _cfg(spec)).set_index("method")
+    assert table.loc["adamw", "greedy_gain"] == pytest.approx(
+        100 * (runs.loc[0, "greedy"] - runs.loc[0, "greedy_before"]))
+    assert table.loc["adamw", "greedy_gain_p"] < 0.01  # 30 % -> 45 % on 400 problems
+    assert table.loc["lora", "greedy_vs_dense_p"] < 0.01 and table.loc["lora",
+                                                                       "greedy_vs_dense"] < -5
+    assert table.loc["logra", "sampled_vs_dense_p"] > 0.01  # the same rates: no difference
+    ps = table[[c for c in table.columns if c.endswith("_p")]].stack().dropna()
+    assert ps.between(0, 1).all() and len(ps) == 3 * 2 + 2 * 2  # Holm over all ten tests
 
 
 @pytest.mark.parametrize(("logra", "verdict"), [
-    ({"gsm-synth": [41, 42, 40], "math-synth": [12, 13, 12]}, "reproduced"),  # ≥ AdamW
-    ({"gsm-synth": [39, 40, 39], "math-synth": [11, 12, 11]}, "reproduced"),  # within margin
-    ({"gsm-synth": [30, 31, 30], "math-synth": [12, 12, 13]}, "partly"),
-    ({"gsm-synth": [30, 31, 30], "math-synth": [5, 6, 5]}, "not reproduced"),
+    ((0.45, 0.40), "reproduced"),   # the same rates as dense
+    ((0.55, 0.50), "reproduced"),   # above
+    ((0.45, 0.20), "partly"),       # sampled significantly below
+    ((0.30, 0.20), "not reproduced"),
 ])
 def test_c7_rule(logra, verdict) -> None:
-    frame = _frame({"base": {"gsm-synth": [30], "math-synth": [8]},
-                    "adamw": {"gsm-synth": [40, 41, 40], "math-synth": [12, 12, 12]},
-                    "lora": {"gsm-synth": [35, 35, 35], "math-synth": [10, 10, 10]},
-                    "logra": logra})
-    row = cmp.c7_claim(frame, _cfg())
+    spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.35, 0.3)},
+            "logra": {3e-4: logra}}
+    runs, problems = _made(spec)
+    row = cmp.c7_claim(runs, problems, _cfg(spec))
     assert row.claim == "C7" and row.verdict == verdict, row.reproduced
-    assert "proxy analogue" in row.reproduced
-
-
-def test_c7_pairs_give_each_part_of_the_rule() -> None:
-    frame = _frame({"base": {"gsm-synth": [30], "math-synth": [12]},
-                    "adamw": {"gsm-synth": [40, 41, 42], "math-synth": [12, 12, 12]},
-                    "lora": {"gsm-synth": [35, 35, 35], "math-synth": [10, 10, 10]},
-                    "logra": {"gsm-synth": [39, 40, 41], "math-synth": [5, 6, 7]}})
-    pairs = cmp.c7_pairs(frame, _cfg()).set_index("task")
-    gsm, math_ = pairs.loc["gsm-synth"], pairs.loc["math-synth"]
-    assert (gsm.base, gsm.adamw, gsm.logra) == pytest.approx((30, 41, 40))
-    assert gsm.difference == pytest.approx(-1) and gsm.margin == pytest.approx(2)  # c7_margin
-    assert gsm.matches and gsm.adamw_learned  # 1 below, inside 2; AdamW 11 above base
-    assert math_.difference == pytest.approx(-6) and not math_.matches
-    assert not math_.adamw_learned  # AdamW 12 = base
-    assert cmp.c7_claim(frame, _cfg()).verdict == "partly"
+    assert "proxy analogue" in row.reproduced and "one seed" in row.reproduced
 
 
 def test_c7_matching_a_dense_run_that_learned_nothing_is_only_partly() -> None:
-    frame = _frame({"base": {"gsm-synth": [40], "math-synth": [12]},
-                    "adamw": {"gsm-synth": [40, 41, 40], "math-synth": [12, 12, 12]},
-                    "lora": {"gsm-synth": [35, 35, 35], "math-synth": [10, 10, 10]},
-                    "logra": {"gsm-synth": [41, 42, 40], "math-synth": [12, 13, 12]}})
-    row = cmp.c7_claim(frame, _cfg())
+    spec = {"adamw": {1e-4: (0.30, 0.20)}, "lora": {1e-3: (0.3, 0.2)},
+            "logra": {3e-4: (0.30, 0.20)}}
+    runs, problems = _made(spec)
+    row = cmp.c7_claim(runs, problems, _cfg(spec))
     assert row.verdict == "partly" and "did not improve" in row.reproduced
 
 
-def test_c7_margin_widens_with_seed_noise() -> None:
-    frame = _frame({"base": {"gsm-synth": [20]}, "adamw": {"gsm-synth": [30, 50, 40]},
-                    "lora": {"gsm-synth": [0, 0, 0]},
-                    "logra": {"gsm-synth": [33, 35, 34]}})  # 6 points lower, noisy reference
-    assert cmp.c7_claim(frame, _cfg(tasks=["gsm-synth"])).verdict == "reproduced"
-    quiet = _frame({"adamw": {"gsm-synth": [40, 40, 40]}, "lora": {"gsm-synth": [0, 0, 0]},
-                    "logra": {"gsm-synth": [34, 34, 34]}})
-    assert cmp.c7_claim(quiet, _cfg(tasks=["gsm-synth"])).verdict == "not reproduced"
+def test_seeds_are_averaged_per_problem_before_the_test() -> None:
+    spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.45, 0.40)},
+            "logra": {3e-4: (0.45, 0.40)}}
+    runs, problems = _made(spec, seeds=(0, 1, 2))
+    table = cmp.paired_table(runs, problems, _cfg(spec, seeds=(0, 1, 2))).set_index("method")
+    assert (table["seeds"] == 3).all()
+    mean = problems[problems["method"] == "lora"].groupby("problem")["greedy"].mean().mean()
+    assert table.loc["lora", "greedy"] == pytest.approx(100 * mean)
 
 
 @pytest.mark.parametrize(("lora", "verdict"), [
-    ({"gsm-synth": [30, 31, 30], "math-synth": [5, 5, 6]}, "reproduced"),
-    ({"gsm-synth": [30, 31, 30], "math-synth": [12, 12, 12]}, "partly"),
-    ({"gsm-synth": [41, 41, 41], "math-synth": [12, 12, 12]}, "not reproduced"),
+    ((0.30, 0.20), "reproduced"), ((0.30, 0.40), "partly"), ((0.45, 0.40), "not reproduced"),
 ])
 def test_c8_direction_rule_at_proxy_scale(lora, verdict) -> None:
-    frame = _frame({"adamw": {"gsm-synth": [40] * 3, "math-synth": [12] * 3}, "lora": lora,
-                    "logra": {"gsm-synth": [40] * 3, "math-synth": [12] * 3}})
-    row = cmp.c8_claim(frame, _cfg())
+    spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: lora}, "logra": {3e-4: (0.45, 0.40)}}
+    runs, problems = _made(spec)
+    row = cmp.c8_claim(runs, problems, _cfg(spec))
     assert row.verdict == verdict and "direction" in row.scale, row.reproduced
 
 
-@pytest.mark.parametrize(("logra", "lora", "verdict"), [
-    ({"gsm8k": [84, 84.5, 84], "math": [51.5, 52, 51.5]},
-     {"gsm8k": [76.5, 77, 76.5], "math": [44, 44.5, 44]}, "reproduced"),
-    ({"gsm8k": [84, 84.5, 84], "math": [40, 40, 40]},
-     {"gsm8k": [76.5, 77, 76.5], "math": [39, 39, 39]}, "partly"),
-    ({"gsm8k": [70, 70, 70], "math": [40, 40, 40]},
-     {"gsm8k": [70, 70, 70], "math": [40, 40, 40]}, "not reproduced"),
-])
-def test_c8_numbers_rule_at_27b(logra, lora, verdict) -> None:
+def test_c8_numbers_rule_at_27b() -> None:
     big = SCALES["27b"].hub_id
-    frame = _frame({"adamw": {"gsm8k": [80] * 3, "math": [50] * 3}, "lora": lora,
-                    "logra": logra}, model=big)
-    cfg = _cfg(models=[big], tasks=["gsm8k", "math"])
-    row = cmp.c8_claim(frame, cfg)
-    assert row.verdict == verdict, row.reproduced
+    spec = {"adamw": {1e-6: (0.80, 0.80)}, "lora": {1e-5: (0.766, 0.7)},
+            "logra": {1e-6: (0.842, 0.8)}}
+    runs, problems = _made(spec, model=big)
+    runs["math greedy"] = runs["method"].map({"adamw": 0.5, "lora": 0.444, "logra": 0.517})
+    cfg = cmp.config("27b", methods=list(spec), seeds=[0],
+                     lr_grid={m: sorted(lrs) for m, lrs in spec.items()})
+    runs["greedy"] = runs["method"].map({"adamw": 0.80, "lora": 0.766, "logra": 0.842})
+    assert cmp.c8_claim(runs, problems, cfg).verdict == "reproduced"
+    runs.loc[runs["method"] == "logra", "math greedy"] = 0.40
+    assert cmp.c8_claim(runs, problems, cfg).verdict == "partly"
     assert not [r for r in cmp.gpu_rows(cfg) if r.claim == "C8"]  # 27B ran: no GPU row
+
+
+def test_accuracy_figure_has_bars_and_seed_dots_per_measure() -> None:
+    """seaborn's barplot + swarmplot per facet: a bar per method at its seed mean, a dot per
+    seed, and the policy before RL dashed."""
+    spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.35, 0.3)},
+            "logra": {3e-4: (0.45, 0.40)}}
+    runs, _ = _made(spec, seeds=(0, 1, 2))
+    cfg = _cfg(spec, seeds=(0, 1, 2))
+    fig = cmp.plot_accuracy(runs, cfg)
+    assert len(fig.axes) == 2  # greedy, sampled
+    for ax, measure in zip(fig.axes, cmp.MEASURES, strict=True):
+        means = runs.groupby("method", sort=False)[measure].mean().reindex(cfg["methods"])
+        assert [bar.get_height() for bar in ax.patches] == pytest.approx(100 * means.to_numpy())
+        assert sum(len(dots.get_offsets()) for dots in ax.collections) == 9  # 3 methods × 3
+        (line,) = ax.lines
+        assert line.get_linestyle() == "--"
+        assert line.get_ydata()[0] == pytest.approx(100 * runs[f"{measure}_before"].iloc[0])
+        low, high = ax.get_ylim()
+        assert low <= 100 * runs[measure].min() and high >= 100 * runs[measure].max()
+    assert [t.get_text() for t in fig.legends[0].texts] == [
+        *(METHODS[m].label for m in ("adamw", "lora", "logra")), "policy before RL"]
 
 
 # ---------------------------------------------------------------- reproduce prepares proxies
@@ -226,7 +293,7 @@ def test_required_models_follow_the_scale() -> None:
     assert notebooks.required_models("smoke", names) == ["smoke"]
     assert notebooks.required_models("default", names) == ["proxy-1m"]
     assert "proxy-1m" in notebooks.required_models("default", notebooks.ordered())
-    assert notebooks.required_models("full", names) == ["proxy-1m", "proxy-4m"]
+    assert notebooks.required_models("proxy-4m", names) == ["proxy-4m"]
     assert notebooks.required_models("1.5b", names) == []  # hub models: nothing to build
     assert list(notebooks.NOTEBOOKS).index(cmp.NOTEBOOK) < list(notebooks.NOTEBOOKS).index(
         "07_optimizer_cost")
@@ -240,9 +307,8 @@ def test_reproduce_prepares_missing_proxies_before_any_notebook(monkeypatch) -> 
     monkeypatch.setattr(notebooks, "execute",
                         lambda name, params, executed_dir: events.append(("run", name)))
     log = []
-    notebooks.reproduce("full", only=[kt.NOTEBOOK, cmp.NOTEBOOK], log=log.append)
-    assert events == [("prepare", "proxy-1m"), ("prepare", "proxy-4m"),
-                      ("run", kt.NOTEBOOK), ("run", cmp.NOTEBOOK)]
+    notebooks.reproduce("proxy-4m", only=[kt.NOTEBOOK, cmp.NOTEBOOK], log=log.append)
+    assert events == [("prepare", "proxy-4m"), ("run", kt.NOTEBOOK), ("run", cmp.NOTEBOOK)]
     assert any("proxy-4m" in line and "ready" in line for line in log)
 
 
@@ -261,7 +327,8 @@ def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> No
     ran = []
     monkeypatch.setattr(notebooks, "execute",
                         lambda name, params, executed_dir: ran.append(name))
-    seconds = notebooks.reproduce("smoke", figures_dir=tmp_path, log=lambda _: None)
+    seconds = notebooks.reproduce("smoke", figures_dir=tmp_path, log=lambda _: None,
+                                  results_dir=tmp_path / "results", record_times=True)
     assert ran == notebooks.ordered() and list(seconds) == ["prepare", *ran]
     table = pd.read_csv(tmp_path / "reproduce_time_smoke.csv")
     assert list(table["step"]) == ["prepare", *ran, "total"]
@@ -274,7 +341,8 @@ def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> No
     complete = table.set_index("step")["seconds"]
     monkeypatch.setattr(notebooks, "execute",
                         lambda name, params, executed_dir: time.sleep(0.3))
-    notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None)
+    notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None,
+                        results_dir=tmp_path / "results", record_times=True)
     updated = pd.read_csv(tmp_path / "reproduce_time_smoke.csv")
     assert list(updated["step"]) == list(table["step"])
     again = updated.set_index("step")["seconds"]
@@ -284,23 +352,13 @@ def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> No
     assert again["total"] == pytest.approx(again.drop("total").sum(), abs=rounding)
     # with no table yet, a partial run writes none
     (tmp_path / "reproduce_time_smoke.csv").unlink()
-    notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None)
+    notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None,
+                        results_dir=tmp_path / "results", record_times=True)
     assert not (tmp_path / "reproduce_time_smoke.csv").exists()
+    # without record_times the table goes under the results directory, not among the figures
+    notebooks.reproduce("smoke", figures_dir=tmp_path, log=lambda _: None,
+                        results_dir=tmp_path / "results")
+    assert not (tmp_path / "reproduce_time_smoke.csv").exists()
+    assert (tmp_path / "results" / "reproduce_time_smoke.csv").exists()
 
 
-def test_accuracy_figure_has_a_facet_per_model_and_task_with_bars_and_seed_dots() -> None:
-    """seaborn's barplot + swarmplot per facet: a bar per method at its seed mean, a dot per
-    seed, and the policy before RL dashed."""
-    frame = _frame({"base": {"gsm-synth": [30], "math-synth": [8]},
-                    "adamw": {"gsm-synth": [40, 41, 42], "math-synth": [12, 12, 12]},
-                    "lora": {"gsm-synth": [35, 35, 35], "math-synth": [10, 11, 12]},
-                    "logra": {"gsm-synth": [41, 42, 40], "math-synth": [12, 13, 14]}})
-    fig = cmp.plot_accuracy(frame, _cfg())
-    assert len(fig.axes) == 2  # 1 model × 2 tasks
-    for ax, means, base in zip(fig.axes, ([41, 35, 41], [12, 11, 13]), (30, 8), strict=True):
-        assert [bar.get_height() for bar in ax.patches] == pytest.approx(means)
-        assert sum(len(dots.get_offsets()) for dots in ax.collections) == 9  # 3 methods × 3
-        (line,) = ax.lines
-        assert line.get_linestyle() == "--" and line.get_ydata()[0] == pytest.approx(base)
-    assert [t.get_text() for t in fig.legends[0].texts] == [
-        *(grpo_runs.METHODS[m].label for m in ("adamw", "lora", "logra")), "policy before RL"]

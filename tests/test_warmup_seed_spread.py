@@ -11,13 +11,14 @@ def script(load_script):
     return load_script("warmup_seed_spread")
 
 
-def _pairs(logra_gsm: float, adamw_learned: bool) -> pd.DataFrame:
+def _pairs(logra_greedy: float, adamw_learned: bool) -> pd.DataFrame:
+    """`comparison.c7_pairs`'s shape: one row per measure."""
     return pd.DataFrame([
-        {"task": "gsm-synth", "base": 30.0, "adamw": 40.0, "logra": logra_gsm,
-         "difference": logra_gsm - 40.0, "margin": 2.0, "matches": logra_gsm >= 38.0,
-         "adamw_learned": adamw_learned},
-        {"task": "math-synth", "base": 10.0, "adamw": 10.0, "logra": 11.0, "difference": 1.0,
-         "margin": 2.0, "matches": True, "adamw_learned": False},
+        {"measure": "greedy", "base": 30.0, "adamw": 40.0, "logra": logra_greedy,
+         "difference": logra_greedy - 40.0, "p": 0.001, "matches": logra_greedy >= 38.0,
+         "exceeds": False, "adamw_learned": adamw_learned},
+        {"measure": "sampled", "base": 10.0, "adamw": 10.0, "logra": 11.0, "difference": 1.0,
+         "p": 0.5, "matches": True, "exceeds": False, "adamw_learned": adamw_learned},
     ])
 
 
@@ -25,8 +26,8 @@ def test_a_seed_row_splits_c7_into_its_comparison_and_its_cap(script) -> None:
     warmup = {"warmup_steps": 1200, "test_accuracy": {"gsm-synth": 0.358}}
     row = script.summarise(3, warmup, _pairs(35.0, adamw_learned=True), "partly")
     assert row["warm-up seed"] == 3 and row["warm-up test gsm-synth, %"] == pytest.approx(35.8)
-    assert row["logra gsm-synth, %"] == 35.0 and row["base math-synth, %"] == 10.0
-    assert row["LoGRA − AdamW gsm-synth, pts"] == -5.0
+    assert row["logra greedy, %"] == 35.0 and row["base sampled, %"] == 10.0
+    assert row["LoGRA − AdamW greedy, pts"] == -5.0
     assert row["LoGRA matches AdamW"] == "1/2" and row["AdamW above base"] == "yes"
     assert row["C7 verdict"] == "partly"
 
@@ -39,8 +40,8 @@ def test_the_spread_rows_give_mean_range_and_whether_each_verdict_agrees(script)
     table = script.spread_rows(pd.DataFrame(rows)).set_index("warm-up seed")
     assert list(table.index) == [0, 1, "mean", "range"]
     assert table.loc["mean", "warm-up steps"] == 1200 and table.loc["range", "warm-up steps"] == 200
-    assert table.loc["mean", "LoGRA − AdamW gsm-synth, pts"] == 0.0
-    assert table.loc["range", "LoGRA − AdamW gsm-synth, pts"] == 2.0
+    assert table.loc["mean", "LoGRA − AdamW greedy, pts"] == 0.0
+    assert table.loc["range", "LoGRA − AdamW greedy, pts"] == 2.0
     assert table.loc["range", "LoGRA matches AdamW"] == "same"
     assert table.loc["range", "AdamW above base"] == "differs"
     assert table.loc["range", "C7 verdict"] == "differs"

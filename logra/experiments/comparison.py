@@ -1,32 +1,40 @@
-"""Optimizer comparison: held-out pass@1 after GRPO with each optimizer, at each model size
+"""Optimizer comparison: LoRA vs dense AdamW vs LoGRA (and the other low-memory optimizers)
+after GRPO, each at its own learning rate, decided by paired per-problem tests
 (notebooks/04_optimizer_comparison; claims C7, C8).
 
-The runs are built by `logra.experiments.grpo_runs.grpo_config`, as the KL notebook's — the
-same method definitions (`grpo_runs.METHODS`) and GRPO keys — so with equal settings the adamw
-and logra runs of the KL notebook are the same runs (same config hash, same run directory) and
-are read back instead of rerun. Each run trains on `task`; its final policy is then evaluated
-greedily on the first `heldout_prompts` test problems of every task of `eval_tasks`, from the
-run's final checkpoint through the runner's own evaluation (cached in <results_dir>/heldout/;
-the runner's evaluation at the last step is reused when it covered the same problems). The
-policy before RL ("base") is evaluated the same way.
+The runs are `logra.rl` GRPO runs in the regime where dense AdamW GRPO learns (notebook 11;
+`experiments/comparison.yaml`), built by `grpo_runs.grpo_config` with the method's preset
+(`logra.methods`). Each run evaluates its policy before and after (`eval_every` = steps):
+greedy pass@1 on `eval_prompts` held-out problems and sampled pass@1 (`eval_samples`
+completions at temperature 1 with fixed seeds) on the first `eval_sampled_prompts`, kept
+per problem (`runner.PROBLEMS_FILE`), so two runs are compared problem by problem.
 
-`run(cfg)` returns one tidy frame, one row per (model, method, seed, eval task):
+    1. the sweep: every lr of `lr_grid[method]` at `sweep_seed`; the chosen lr has the highest
+       final sampled pass@1 (ties: greedy); it is bracketed when not at an end of the grid;
+    2. the seeds: every seed of `seeds` at the chosen lr (the sweep's run reused).
 
-    model, method, seed, task, accuracy    greedy pass@1 (0–1)
-    final_kl        exact mean per-token KL(π_θ ‖ π_ref) at the last step (mean of the last
-                    `final_steps`=5 steps)
+`run(cfg)` returns two tidy frames. `runs`, one row per run:
+
+    model, method, lr, seed    the run
+    greedy_before, greedy      held-out greedy pass@1 (0–1) before and after RL
+    sampled_before, sampled    held-out sampled pass@1 (0–1) before and after RL
+    final_kl        exact mean per-token KL(π_θ ‖ π_ref) of the last `FINAL_STEPS` steps
     state_bytes     bytes of the optimizer's state at the last step
-                    (`logra.optimizers.measured_state_bytes`)
     step_seconds    median wall time of a GRPO step (evaluation excluded)
     steps           GRPO steps of the run
+    <task> greedy   greedy pass@1 of the final policy on each of `extra_eval_tasks`
 
-Rules of the verdicts are in `c7_claim` and `c8_claim`.
+and `problems`, one row per (run, problem) of the final evaluation (model, method, lr, seed,
+problem, greedy, sampled; sampled NaN past `eval_sampled_prompts`), with the policy before RL
+as method "base". Tests (`paired_table`): each method at its chosen lr against dense AdamW at
+its own, and every method against the policy before RL, on the per-problem means over seeds
+(`logra.stats`: McNemar for one seed's greedy 0/1 outcomes, else the paired t-test), Holm's
+correction over the whole table. Rules of the verdicts are in `c7_claim` and `c8_claim`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,11 +54,15 @@ from logra.experiments.report import ClaimRow
 from logra.methods import METHODS, palette
 from logra.models import SCALES
 from logra.rl import config as grpo
-from logra.rl import run_grpo, runner
+from logra.rl import runner
+from logra.stats import Paired, holm, mcnemar, paired_t
 
 EXPERIMENT = "comparison"
 NOTEBOOK = "04_optimizer_comparison"
 FINAL_STEPS = 5
+REFERENCE = "adamw"
+BASE = "base"  # the policy before RL, in `problems` and the tables
+MEASURES = ("greedy", "sampled")
 # The report's numbers (docs/claims.md): C7 gives none at 1.5B/7B, C8 these at 27B, by family.
 REPORTED_27B = {"logra": {"gsm": 84.2, "math": 51.7},
                 "lora": {"gsm": round(84.2 - 7.6, 1), "math": round(51.7 - 7.3, 1)}}
@@ -60,311 +72,432 @@ C8_REPORTED = ("27B on 8×80 GB: LoGRA 84.2 % pass@1 on GSM8K, 51.7 % on MATH; L
 
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/comparison.yaml at `scale`, with `overrides` on top."""
-    cfg = load_config(EXPERIMENT, scale, **overrides)
-    if not cfg["models"] or not cfg["eval_tasks"]:
-        raise ValueError("models and eval_tasks must be non-empty")
+    """experiments/comparison.yaml at `scale`, with the overrides that are not None on top."""
+    cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
+    if not cfg["models"]:
+        raise ValueError("models must be non-empty")
+    if REFERENCE not in cfg["methods"]:
+        raise ValueError(f"methods must include {REFERENCE!r}, the reference of every test")
+    missing = [m for m in cfg["methods"] if not cfg["lr_grid"].get(m)]
+    if missing:
+        raise ValueError(f"lr_grid has no learning rates for methods {missing}")
+    bad = {m: lrs for m, lrs in cfg["lr_grid"].items()
+           if not all(isinstance(lr, int | float) and lr > 0 for lr in lrs)}
+    if bad:
+        raise ValueError(f"lr_grid must hold positive numbers, got {bad}")
+    if cfg["sweep_seed"] not in cfg["seeds"]:
+        raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
+    if not 0 < cfg["alpha"] < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
     return grpo_runs.check_runs(cfg)
 
 
-def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int) -> dict[str, Any]:
-    """The resolved GRPO config of one run (`grpo_runs.grpo_config` with `model`)."""
-    values = {"model": model}
+def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int,
+                lr: float | None = None) -> dict[str, Any]:
+    """The resolved GRPO config of one run: `method` at `lr` (None: the first of its grid),
+    evaluated before and after training."""
+    values = {"model": model, "eval_every": cfg["steps"],
+              "lr": cfg["lr_grid"][method][0] if lr is None else lr}
     if cfg["task"] is not None:
         values["task"] = cfg["task"]
     return grpo_runs.grpo_config(cfg, method, seed, **values)
 
 
-# ---------------------------------------------------------------- held-out evaluation
-
-
-ALL = 10**9  # heldout_prompts: null means every test problem
-
-
-def heldout_prompts(cfg: dict[str, Any]) -> int:
-    """Test problems per eval task (`heldout_prompts`; null: all of them)."""
-    return ALL if cfg["heldout_prompts"] is None else cfg["heldout_prompts"]
-
-
-def _checkpoint_accuracy(config: dict[str, Any], task: str, prompts: int, trained: bool
-                         ) -> float:
-    """Greedy pass@1 on the first `prompts` test problems of `task`, of the run's final policy
-    (`trained`) or of the policy before RL, through the runner's own Trainer and evaluation."""
-    trainer = runner.Trainer({**config, "task": task, "eval_prompts": prompts}, progress=False)
-    if trained:
-        step, _ = trainer.load(grpo.run_dir(config) / runner.CHECKPOINT_FILE)
-        if step != config["steps"]:
-            raise RuntimeError(f"{grpo.run_dir(config)}: checkpoint at step {step}, not at "
-                               f"{config['steps']}; rerun it with steps={config['steps']}")
-    return trainer.evaluate()[0]["eval_accuracy"]
-
-
-def heldout_job(config: dict[str, Any], tasks: list[str], prompts: int) -> dict[str, Any]:
-    """Run (or read back) one GRPO run, then its final policy's accuracy on the first `prompts`
-    test problems of every task.
-
-    Accuracies are cached in <results_dir>/heldout/<run name>.json under
-    "<task>/<steps>/<prompts>/<max_new_tokens>". The runner's own evaluation at the last step is
-    reused for the training task when it covered the same problems.
-    """
-    records = run_grpo(config, progress=False)
-    path = Path(config["results_dir"]) / "heldout" / f"{grpo.run_dir(config).name}.json"
-    saved = json.loads(path.read_text()) if path.exists() else {}
-    accuracy = {}
-    final = records[records["step"] == config["steps"]]
-    for task in tasks:
-        key = f"{task}/{config['steps']}/{prompts}/{config['max_new_tokens']}"
-        if key not in saved:
-            if (task == config["task"] and config["eval_prompts"] == prompts
-                    and final["eval_accuracy"].notna().any()):
-                saved[key] = float(final["eval_accuracy"].iloc[0])
-            else:
-                saved[key] = _checkpoint_accuracy(config, task, prompts, trained=True)
-            io.write_json(path, saved)
-        accuracy[task] = saved[key]
-    return dict(records=records, accuracy=accuracy)
-
-
-def base_job(config: dict[str, Any], tasks: list[str], prompts: int) -> dict[str, float]:
-    """Accuracy of the policy before RL on every task (not cached: one evaluation per task)."""
-    return {task: _checkpoint_accuracy(config, task, prompts, trained=False) for task in tasks}
+def is_swept(cfg: dict[str, Any], method: str) -> bool:
+    return len(cfg["lr_grid"][method]) > 1
 
 
 # ---------------------------------------------------------------- running
 
 
-def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
-    """Every (model, method, seed) run of `cfg` and the base policies, evaluated on every
-    eval task; the tidy frame of the module docstring."""
-    configs = {(model, m, s): grpo_config(cfg, model, m, s)
-               for model in cfg["models"] for m in cfg["methods"] for s in cfg["seeds"]}
-    first = next(iter(configs.values()))
-    grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
-                             list(dict.fromkeys([first["task"], *cfg["eval_tasks"]])))
-    tasks, prompts = list(cfg["eval_tasks"]), heldout_prompts(cfg)
-    jobs = [((model, m, s), heldout_job, (c, tasks, prompts))
-            for (model, m, s), c in configs.items()]
+ALL = 10**9
+
+
+def extra_accuracy(config: dict[str, Any], task: str) -> float:
+    """Greedy pass@1 of the run's final policy on the test split of `task` (the same number of
+    problems as the run's own evaluation), cached in <results_dir>/heldout/<run name>.json."""
+    path = Path(config["results_dir"]) / "heldout" / f"{grpo.run_dir(config).name}.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    key = f"{task}/{config['steps']}/{config['eval_prompts']}/{config['max_new_tokens']}"
+    if key not in saved:
+        trainer = runner.Trainer({**config, "task": task, "eval_samples": None,
+                                  "eval_sampled_prompts": None}, progress=False)
+        step, _ = trainer.load(grpo.run_dir(config) / runner.CHECKPOINT_FILE)
+        if step != config["steps"]:
+            raise RuntimeError(f"{grpo.run_dir(config)}: checkpoint at step {step}, not at "
+                               f"{config['steps']}; rerun it with steps={config['steps']}")
+        saved[key] = trainer.evaluate()[0]["eval_accuracy"]
+        io.write_json(path, saved)
+    return saved[key]
+
+
+def run_job(config: dict[str, Any], extra_tasks: list[str]) -> dict[str, Any]:
+    """One GRPO run (or its cached records), its per-problem evaluations, and its final
+    policy's greedy pass@1 on each of `extra_tasks`."""
+    records = grpo_runs.grpo_job(config)
+    problems = pd.read_csv(grpo.run_dir(config) / runner.PROBLEMS_FILE)
+    return dict(records=records, problems=problems,
+                extra={task: extra_accuracy(config, task) for task in extra_tasks})
+
+
+def _run_row(run: tuple, result: dict[str, Any]) -> dict[str, Any]:
+    model, method, lr, seed = run
+    records, problems = result["records"], result["problems"]
+    train = records[records["step"] >= 1]
+    last = int(train["step"].max())
+    before, after = (problems[problems["step"] == s] for s in (0, last))
+    return dict(model=model, method=method, lr=lr, seed=seed,
+                greedy_before=before["greedy"].mean(), greedy=after["greedy"].mean(),
+                sampled_before=before["sampled"].mean(), sampled=after["sampled"].mean(),
+                final_kl=float(train["kl"].tail(FINAL_STEPS).mean()),
+                state_bytes=float(train["state_bytes"].iloc[-1]),
+                step_seconds=float(train["seconds"].median()), steps=last,
+                **{f"{task} greedy": value for task, value in result["extra"].items()})
+
+
+def _execute(cfg: dict[str, Any], runs: list[tuple], desc: str, progress: bool
+             ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run `runs` ((model, method, lr, seed) each), longest first; their rows and problems."""
+    if not runs:
+        return pd.DataFrame(), pd.DataFrame()
     size = {model: i + 1 for i, model in enumerate(cfg["models"])}  # later models: larger
-    jobs.sort(key=lambda job: -METHODS[job[0][1]].cost * size[job[0][0]] ** 2)
-    jobs += [((model, "base", -1), base_job,
-              (configs[(model, cfg["methods"][0], cfg["seeds"][0])], tasks, prompts))
-             for model in cfg["models"]]
-    results = run_jobs([(fn, args) for _, fn, args in jobs], cfg["workers"], EXPERIMENT,
-                          progress)
+    runs = sorted(runs, key=lambda r: -METHODS[r[1]].cost * size[r[0]] ** 2)
+    jobs = [(run_job, (grpo_config(cfg, model, method, seed, lr), list(cfg["extra_eval_tasks"])))
+            for model, method, lr, seed in runs]
+    results = run_jobs(jobs, cfg["workers"], desc, progress)
+    rows = pd.DataFrame([_run_row(run, result) for run, result in zip(runs, results, strict=True)])
+    problems = []
+    for (model, method, lr, seed), result in zip(runs, results, strict=True):
+        frame = result["problems"]
+        last = frame["step"].max()
+        problems.append(frame[frame["step"] == last].assign(model=model, method=method, lr=lr,
+                                                            seed=seed))
+        if method == REFERENCE:  # the policy before RL: the same in every run
+            problems.append(frame[frame["step"] == 0].assign(model=model, method=BASE,
+                                                             lr=np.nan, seed=seed))
+    return rows, pd.concat(problems, ignore_index=True).drop(columns="step")
+
+
+def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The sweep, then the seeds at the chosen learning rates (module docstring): the `runs`
+    and `problems` frames, every run of both stages once."""
+    grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
+                             list(dict.fromkeys([grpo_config(cfg, cfg["models"][0], REFERENCE,
+                                                             0)["task"],
+                                                 *cfg["extra_eval_tasks"]])))
+    sweep = [(model, m, lr, cfg["sweep_seed"]) for model in cfg["models"]
+             for m in cfg["methods"] for lr in cfg["lr_grid"][m]]
+    rows, problems = _execute(cfg, sweep, f"{EXPERIMENT} (lr sweep)", progress)
+    chosen = choose(rows, cfg)
+    seeds = [(model, m, lr, s) for (model, m), lr in chosen["lr"].items()
+             for s in cfg["seeds"] if s != cfg["sweep_seed"]]
+    more_rows, more_problems = _execute(cfg, seeds, f"{EXPERIMENT} (seeds)", progress)
+    rows = pd.concat([rows, more_rows], ignore_index=True)
+    problems = pd.concat([problems, more_problems], ignore_index=True)
+    base = problems["method"] == BASE  # one copy of the policy before RL per model
+    problems = pd.concat([problems[~base], problems[base].drop_duplicates(["model", "problem"])
+                          .assign(seed=-1)], ignore_index=True)
+    order = {m: i for i, m in enumerate([BASE, *cfg["methods"]])}
+    rows = rows.sort_values(["model", "method", "lr", "seed"], key=lambda c: c.map(order)
+                            if c.name == "method" else c, kind="stable", ignore_index=True)
+    return rows, problems
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+def choose(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Per (model, method): the chosen lr of the sweep at `sweep_seed` (the highest sampled
+    pass@1, ties broken by greedy), whether it is bracketed (grid ends excluded) and the grid's
+    size."""
     rows = []
-    for ((model, method, seed), _, _), result in zip(jobs, results, strict=True):
-        if method == "base":
-            for task, accuracy in result.items():
-                rows.append(dict(model=model, method="base", seed=seed, task=task,
-                                 accuracy=accuracy, final_kl=0.0, state_bytes=math.nan,
-                                 step_seconds=math.nan, steps=0))
+    swept = runs[runs["seed"] == cfg["sweep_seed"]]
+    for model in cfg["models"]:
+        for method in cfg["methods"]:
+            grid = sorted(cfg["lr_grid"][method])
+            points = swept[(swept["model"] == model) & (swept["method"] == method)
+                           & swept["lr"].isin(grid)]
+            best = points.sort_values(["sampled", "greedy"], ascending=False,
+                                      kind="stable").iloc[0]
+            rows.append(dict(model=model, method=method, lr=float(best["lr"]),
+                             grid=len(grid), bracketed=grid[0] < best["lr"] < grid[-1]))
+    return pd.DataFrame(rows).set_index(["model", "method"])
+
+
+def sweep_table(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Every run of the sweep: pass@1 before and after (%), final KL, and which lr was chosen
+    ("chosen", "chosen, at the grid's end" or "not swept")."""
+    chosen = choose(runs, cfg)
+    swept = runs[runs["seed"] == cfg["sweep_seed"]]
+    rows = []
+    for r in swept.itertuples():
+        if (r.model, r.method) not in chosen.index or r.lr not in cfg["lr_grid"][r.method]:
             continue
-        records = result["records"]
-        train = records[records["step"] >= 1]
-        summary = dict(final_kl=float(train["kl"].tail(FINAL_STEPS).mean()),
-                       state_bytes=float(train["state_bytes"].iloc[-1]),
-                       step_seconds=float(train["seconds"].median()),
-                       steps=int(train["step"].max()))
-        for task, accuracy in result["accuracy"].items():
-            rows.append(dict(model=model, method=method, seed=seed, task=task,
-                             accuracy=accuracy, **summary))
-    frame = pd.DataFrame(rows)
-    order = {m: i for i, m in enumerate(["base", *cfg["methods"]])}
-    models = {m: i for i, m in enumerate(cfg["models"])}
-    tasks_order = {t: i for i, t in enumerate(tasks)}
-    return frame.sort_values(
-        ["model", "method", "task", "seed"], kind="stable",
-        key=lambda c: c.map({"model": models, "method": order, "task": tasks_order}[c.name])
-        if c.name in ("model", "method", "task") else c).reset_index(drop=True)
+        pick = chosen.loc[(r.model, r.method)]
+        mark = ("" if r.lr != pick["lr"] else "not swept" if pick["grid"] == 1
+                else "chosen" if pick["bracketed"] else "chosen, at the grid's end")
+        rows.append({"model": _model_name(r.model), "method": METHODS[r.method].label,
+                     "lr": r.lr, "seed": r.seed, "greedy, %": 100 * r.greedy,
+                     "sampled, %": 100 * r.sampled, "final KL": r.final_kl, "lr choice": mark})
+    return pd.DataFrame(rows)
+
+
+def at_chosen(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """The runs at each method's chosen lr, every seed of `seeds`."""
+    chosen = choose(runs, cfg)["lr"]
+    keep = [chosen.get((m, meth)) == lr and s in cfg["seeds"]
+            for m, meth, lr, s in zip(runs["model"], runs["method"], runs["lr"], runs["seed"],
+                                      strict=True)]
+    return runs[keep].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- paired tests
+
+
+def _per_problem(problems: pd.DataFrame, model: str, method: str, lr: float | None
+                 ) -> pd.DataFrame:
+    """Per problem: the mean over seeds of greedy and sampled pass@1 of one method's runs."""
+    rows = problems[(problems["model"] == model) & (problems["method"] == method)]
+    if lr is not None:
+        rows = rows[rows["lr"] == lr]
+    return rows.groupby("problem")[list(MEASURES)].agg(["mean", "count"])
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame, measure: str) -> Paired:
+    """b − a on the problems both evaluated with `measure` (`_per_problem` frames): McNemar's
+    test on one seed's greedy 0/1 outcomes, else the paired t-test of the per-problem means."""
+    both = a[measure]["mean"].notna() & b[measure]["mean"].reindex(a.index).notna()
+    x, y = a.loc[both, (measure, "mean")], b[measure]["mean"].reindex(a.index)[both]
+    one_seed = a.loc[both, (measure, "count")].max() == 1 and b[measure]["count"].max() == 1
+    test = mcnemar if measure == "greedy" and one_seed else paired_t
+    return test(x.to_numpy(), y.to_numpy())
+
+
+def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                 ) -> pd.DataFrame:
+    """Per model and method at its chosen lr: greedy and sampled pass@1 (%, mean over seeds
+    and problems), the paired difference to dense AdamW (points; NaN for AdamW itself) and to
+    the policy before RL, with Holm-adjusted p-values over every test of the table."""
+    chosen = choose(runs, cfg)["lr"]
+    rows, tests = [], []
+    for model in cfg["models"]:
+        base = _per_problem(problems, model, BASE, None)
+        reference = _per_problem(problems, model, REFERENCE, chosen[(model, REFERENCE)])
+        for method in cfg["methods"]:
+            lr = chosen[(model, method)]
+            mine = _per_problem(problems, model, method, lr)
+            row: dict[str, Any] = dict(model=model, method=method, lr=lr,
+                                       seeds=int(mine["greedy"]["count"].max()))
+            for measure in MEASURES:
+                gain = paired(base, mine, measure)
+                row.update({f"{measure}_before": 100 * gain.a, measure: 100 * gain.b,
+                            f"{measure}_gain": 100 * gain.difference})
+                tests.append((len(rows), f"{measure}_gain_p", gain.p))
+                if method != REFERENCE:
+                    versus = paired(reference, mine, measure)
+                    row[f"{measure}_vs_dense"] = 100 * versus.difference
+                    row[f"{measure}_vs_dense_se"] = 100 * versus.stderr
+                    tests.append((len(rows), f"{measure}_vs_dense_p", versus.p))
+                else:
+                    row[f"{measure}_vs_dense"] = row[f"{measure}_vs_dense_se"] = np.nan
+                    row[f"{measure}_vs_dense_p"] = np.nan
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    for (i, column, _), p in zip(tests, holm([t[2] for t in tests]), strict=True):
+        table.loc[i, column] = p
+    return table
+
+
+def significant(p: float, cfg: dict[str, Any]) -> bool:
+    return bool(p < cfg["alpha"])
 
 
 # ---------------------------------------------------------------- tables
 
 
 def _label(method: str) -> str:
-    return "policy before RL" if method == "base" else METHODS[method].label
+    return "policy before RL" if method == BASE else METHODS[method].label
 
 
 def _model_name(model: str) -> str:
     return Path(model).name
 
 
-def _column(model: str, task: str) -> str:
-    return f"{_model_name(model)} {get_task(task).label} ({task}), %"
+def _difference_text(value: float, p: float, cfg: dict[str, Any]) -> str:
+    if np.isnan(value):
+        return "the reference"
+    return f"{value:+.1f}" + (" *" if significant(p, cfg) else "")
 
 
-def accuracy_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Mean, standard deviation and count of accuracy (in %) per (model, method, task)."""
-    return (frame.assign(accuracy=100 * frame["accuracy"])
-            .groupby(["model", "method", "task"], sort=False)["accuracy"]
-            .agg(["mean", "std", "count"]).reset_index())
+def _mean_sd(values: pd.Series) -> str:
+    values = 100 * values
+    return (f"{values.mean():.1f}" if len(values) < 2
+            else f"{values.mean():.1f} ± {values.std():.1f}")
 
 
-def _reported(method: str, what: str) -> str:
-    if what == "1.5b/7b":
-        return {"logra": "≥ dense Adam (no numbers)", "adamw": "the reference"}.get(method, "—")
-    value = REPORTED_27B.get(method, {}).get(what)
+def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                     ) -> pd.DataFrame:
+    """The paper's shape: one row per method (per model) at its chosen lr: held-out greedy and
+    sampled pass@1 (mean ± std over seeds, %), the paired difference to dense AdamW (points;
+    * where Holm p < alpha), the reported 27B numbers, state, step time and final KL."""
+    tests = paired_table(runs, problems, cfg).set_index(["model", "method"])
+    final = at_chosen(runs, cfg)
+    rows = []
+    for model in cfg["models"]:
+        first = tests.loc[(model, REFERENCE)]
+        before = {"model": _model_name(model), "method": _label(BASE), "lr": "—",
+                  "greedy pass@1, %": f"{first['greedy_before']:.1f}",
+                  "sampled pass@1, %": f"{first['sampled_before']:.1f}"}
+        rows.append(before)
+        for method in cfg["methods"]:
+            t = tests.loc[(model, method)]
+            r = final[(final["model"] == model) & (final["method"] == method)]
+            rows.append({
+                "model": _model_name(model), "method": _label(method),
+                "lr": f"{t['lr']:g}" + ("" if is_swept(cfg, method) else " (not swept)"),
+                "greedy pass@1, %": _mean_sd(r["greedy"]),
+                "sampled pass@1, %": _mean_sd(r["sampled"]),
+                "greedy vs dense, pts": _difference_text(t["greedy_vs_dense"],
+                                                         t["greedy_vs_dense_p"], cfg),
+                "sampled vs dense, pts": _difference_text(t["sampled_vs_dense"],
+                                                          t["sampled_vs_dense_p"], cfg),
+                **{f"{task} greedy, %": _mean_sd(r[f"{task} greedy"])
+                   for task in cfg["extra_eval_tasks"]},
+                "reported 27B GSM8K, %": _reported(method, "gsm"),
+                "reported 27B MATH, %": _reported(method, "math"),
+                "optimizer state, MB": f"{r['state_bytes'].mean() / 1e6:.3g}",
+                "s/step": f"{r['step_seconds'].median():.2f}",
+                "final KL to ref": f"{r['final_kl'].mean():.3g}"})
+    return pd.DataFrame(rows).fillna("—")
+
+
+def _reported(method: str, family: str) -> str:
+    value = REPORTED_27B.get(method, {}).get(family)
     return "—" if value is None else f"{value:.1f}"
 
 
-def comparison_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """The paper's shape: one row per method; per model and eval task the held-out pass@1
-    (mean ± std over seeds, %), the reported numbers beside, then state, step time and KL."""
-    summary = accuracy_summary(frame).set_index(["model", "method", "task"])
-    runs = frame.drop_duplicates(["model", "method", "seed"])
-    rows = []
-    for method in ["base", *cfg["methods"]]:
-        row: dict[str, Any] = {"method": _label(method)}
-        for model in cfg["models"]:
-            for task in cfg["eval_tasks"]:
-                s = summary.loc[(model, method, task)]
-                row[_column(model, task)] = (f"{s['mean']:.1f}" if method == "base" or
-                                             s["count"] < 2 else
-                                             f"{s['mean']:.1f} ± {s['std']:.1f}")
-        row["reported 1.5B / 7B"] = _reported(method, "1.5b/7b")
-        row["reported 27B GSM8K, %"] = _reported(method, "gsm")
-        row["reported 27B MATH, %"] = _reported(method, "math")
-        for model in cfg["models"]:
-            r = runs[(runs["model"] == model) & (runs["method"] == method)]
-            name = _model_name(model)
-            row[f"{name} optimizer state, MB"] = ("—" if method == "base"
-                                                  else f"{r['state_bytes'].mean() / 1e6:.3g}")
-            row[f"{name} s/step"] = ("—" if method == "base"
-                                     else f"{r['step_seconds'].median():.2f}")
-            row[f"{name} final KL to ref"] = ("—" if method == "base"
-                                              else f"{r['final_kl'].mean():.3g}")
-        rows.append(row)
-    return pd.DataFrame(rows)
+def tests_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                ) -> pd.DataFrame:
+    """`paired_table` for the record: every difference (points), its standard error over
+    problems and its Holm-adjusted p-value."""
+    table = paired_table(runs, problems, cfg)
+    table.insert(1, "label", table.pop("method").map(_label))
+    table["model"] = table["model"].map(_model_name)
+    return table
 
 
-def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per run with every number (accuracy per task as columns, in %)."""
-    wide = frame.pivot_table(index=["model", "method", "seed"], columns="task",
-                             values="accuracy", sort=False).mul(100)
-    wide.columns = [f"{task} pass@1, %" for task in wide.columns]
-    extra = frame.drop_duplicates(["model", "method", "seed"]).set_index(
-        ["model", "method", "seed"])[["final_kl", "state_bytes", "step_seconds", "steps"]]
-    return wide.join(extra).reset_index()
+def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run with every number (pass@1 in %)."""
+    table = runs.copy()
+    percent = [c for c in table.columns if c.startswith(("greedy", "sampled"))
+               or c.endswith(" greedy")]
+    table[percent] = 100 * table[percent]
+    table["model"] = table["model"].map(_model_name)
+    return table
 
 
 # ---------------------------------------------------------------- claims
 
 
-def _difference(summary: pd.DataFrame, model: str, task: str, a: str, b: str, margin: float
-                ) -> tuple[float, float]:
-    """(mean of a − mean of b in points, the margin max(`margin`, 2 standard errors))."""
-    sa, sb = summary.loc[(model, a, task)], summary.loc[(model, b, task)]
-    se = math.sqrt(np.nan_to_num(sa["std"]) ** 2 / sa["count"]
-                   + np.nan_to_num(sb["std"]) ** 2 / sb["count"])
-    return sa["mean"] - sb["mean"], max(margin, 2 * se)
-
-
-def _scale_text(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
-    runs = frame[frame["method"] != "base"]
+def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
     models = ", ".join(_model_name(m) for m in cfg["models"])
+    config = grpo_config(cfg, cfg["models"][0], REFERENCE, cfg["seeds"][0])
     return (f"{cfg['scale']}: {models}, {int(runs['steps'].max())} GRPO steps on "
-            f"{runs_task(cfg)}, {runs['seed'].nunique()} seeds")
+            f"{config['task']} ({config['prompts_per_step']} × {config['group_size']}), "
+            f"{len(cfg['seeds'])} seed(s) at each method's swept lr")
 
 
-def runs_task(cfg: dict[str, Any]) -> str:
-    return grpo_config(cfg, cfg["models"][0], cfg["methods"][0], cfg["seeds"][0])["task"]
+def _dense_learned(t: pd.Series, cfg: dict[str, Any]) -> bool:
+    return any(t[f"{m}_gain"] > 0 and significant(t[f"{m}_gain_p"], cfg) for m in MEASURES)
 
 
-def _base_note(summary: pd.DataFrame, cfg: dict[str, Any]) -> str:
-    """The policy before RL, and which methods beat it by more than the margin."""
-    notes = []
-    for model in cfg["models"]:
-        for task in cfg["eval_tasks"]:
-            if (model, "base", task) not in summary.index:
-                continue
-            base = summary.loc[(model, "base", task), "mean"]
-            better = [METHODS[m].label for m in cfg["methods"]
-                      if summary.loc[(model, m, task), "mean"] - base > cfg["c7_margin"]]
-            notes.append(f"{_model_name(model)} {task} {base:.1f} % "
-                         f"({', '.join(better) if better else 'no method'} above it by more "
-                         f"than {cfg['c7_margin']:g} points)")
-    return "; before RL: " + "; ".join(notes) if notes else ""
-
-
-def c7_pairs(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """C7's comparison on every (model, eval task) run: one row each with the mean pass@1 (%)
-    of the policy before RL ("base", NaN when not evaluated), dense AdamW and LoGRA, LoGRA's
-    difference to AdamW and its margin max(c7_margin, 2·SE) in points, whether LoGRA "matches
-    or exceeds" (difference ≥ −margin), and whether dense AdamW beat the policy before RL by
-    more than c7_margin ("adamw_learned")."""
-    return _c7_pairs(accuracy_summary(frame).set_index(["model", "method", "task"]), cfg)
-
-
-def _c7_pairs(summary: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def c7_pairs(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """C7's comparison per (model, measure): pass@1 (%) before RL, of dense AdamW and of LoGRA,
+    LoGRA's paired difference to AdamW and its Holm p-value, whether LoGRA "matches or exceeds"
+    (not significantly below AdamW), "exceeds" (significantly above), and whether dense AdamW
+    learned (significantly above the policy before RL on some measure)."""
+    tests = paired_table(runs, problems, cfg).set_index(["model", "method"])
     rows = []
     for model in cfg["models"]:
-        for task in cfg["eval_tasks"]:
-            diff, margin = _difference(summary, model, task, "logra", "adamw", cfg["c7_margin"])
-            adamw = summary.loc[(model, "adamw", task), "mean"]
-            base = (summary.loc[(model, "base", task), "mean"]
-                    if (model, "base", task) in summary.index else math.nan)
-            rows.append({"model": model, "task": task, "base": base, "adamw": adamw,
-                         "logra": summary.loc[(model, "logra", task), "mean"],
-                         "difference": diff, "margin": margin, "matches": diff >= -margin,
-                         "adamw_learned": adamw - base > cfg["c7_margin"]})
+        dense, logra = tests.loc[(model, REFERENCE)], tests.loc[(model, "logra")]
+        for m in MEASURES:
+            diff, p = logra[f"{m}_vs_dense"], logra[f"{m}_vs_dense_p"]
+            rows.append(dict(model=model, measure=m, base=dense[f"{m}_before"],
+                             adamw=dense[m], logra=logra[m], difference=diff, p=p,
+                             matches=not (diff < 0 and significant(p, cfg)),
+                             exceeds=diff > 0 and significant(p, cfg),
+                             adamw_learned=_dense_learned(dense, cfg)))
     return pd.DataFrame(rows)
 
 
-def c7_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
-    """C7 by rule, on the models run (`c7_pairs`). For every (model, eval task): LoGRA "matches
-    or exceeds" dense AdamW when mean(LoGRA) − mean(AdamW) ≥ −max(c7_margin, 2·SE), SE from the
-    seeds' spread. Every pair: reproduced; some: partly; none: not reproduced. Matching a dense
-    run that learned nothing says nothing, so when dense AdamW beats the policy before RL by
-    more than c7_margin on no pair, "reproduced" is capped at "partly"."""
-    summary = accuracy_summary(frame).set_index(["model", "method", "task"])
-    pairs = _c7_pairs(summary, cfg)
-    parts = [f"{_model_name(p.model)} {p.task}: LoGRA {p.logra:.1f} vs AdamW {p.adamw:.1f} % "
-             f"(Δ {p.difference:+.1f}, margin {p.margin:.1f})" for p in pairs.itertuples()]
+def c7_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+    """C7 by rule, on the models run (`c7_pairs`). LoGRA "matches or exceeds" dense AdamW on a
+    measure when it is not significantly below it (paired test, Holm p < alpha). On every
+    (model, measure): reproduced; on some: partly; on none: not reproduced. Matching a dense
+    run that did not learn says nothing, so without a significant gain of dense AdamW over the
+    policy before RL "reproduced" is capped at "partly"."""
+    pairs = c7_pairs(runs, problems, cfg)
+    parts = [f"{_model_name(p.model)} {p.measure} pass@1: LoGRA {p.logra:.1f} vs dense AdamW "
+             f"{p.adamw:.1f} % (Δ {p.difference:+.1f} points, Holm p {p.p:.2g}; before RL "
+             f"{p.base:.1f})" for p in pairs.itertuples()]
     ok, n = int(pairs["matches"].sum()), len(pairs)
     verdict = "reproduced" if ok == n else "partly" if ok else "not reproduced"
-    text = "; ".join(parts) + f"; matches or exceeds in {ok}/{n}"
-    if verdict == "reproduced" and not pairs["adamw_learned"].any():
+    text = "; ".join(parts) + f"; not significantly below in {ok}/{n}"
+    if pairs["exceeds"].any():
+        text += f", significantly above in {int(pairs['exceeds'].sum())}/{n}"
+    if verdict == "reproduced" and not pairs["adamw_learned"].all():
         verdict = "partly"
         text += "; capped at partly: dense AdamW did not improve on the policy before RL"
+    if len(cfg["seeds"]) == 1:
+        text += " (one seed: the tests cover the problems drawn, not the seed)"
     if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg["models"]):
-        text += " (proxy analogue of the claim)"
-    text += _base_note(summary, cfg)
-    return ClaimRow("C7", C7_REPORTED, text, _scale_text(frame, cfg), verdict)
+        text += "; proxy analogue of the claim"
+    return ClaimRow("C7", C7_REPORTED, text, _scale_text(runs, cfg), verdict)
 
 
-def c8_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
-    """C8 by rule. At 27B (Gemma-3-27B among the models): LoGRA's pass@1 and LoRA's gap to it
-    each within `c8_tolerance` points of the report on GSM8K and MATH — all four: reproduced;
-    some: partly; none: not reproduced. Elsewhere only the direction can be compared: LoRA
-    below LoGRA by more than max(c7_margin, 2·SE) on every (model, task): reproduced (the row
-    says it is the direction at proxy scale); on some: partly; on none: not reproduced."""
-    summary = accuracy_summary(frame).set_index(["model", "method", "task"])
+def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+    """C8 by rule. At 27B (Gemma-3-27B among the models): LoGRA's greedy pass@1 and LoRA's gap to
+    it within `c8_tolerance` points of the report, on GSM8K (the run's task) and MATH (an extra
+    eval task): all: reproduced; some: partly; none: not reproduced. Elsewhere only the
+    direction: LoRA significantly below LoGRA (paired test, Holm over the measures) on every
+    (model, measure): reproduced (the scale says it is the direction); some: partly; none: not
+    reproduced."""
+    chosen = choose(runs, cfg)["lr"]
     big = SCALES["27b"].hub_id
     parts, hits, total = [], 0, 0
     if big in cfg["models"]:
+        final = at_chosen(runs, cfg)
         tol = cfg["c8_tolerance"]
-        for task in cfg["eval_tasks"]:
+        columns = {"greedy": grpo_config(cfg, big, "logra", 0)["task"],
+                   **{f"{t} greedy": t for t in cfg["extra_eval_tasks"]}}
+        for column, task in columns.items():
             family = get_task(task).family.name
-            want = REPORTED_27B["logra"][family]
-            got = summary.loc[(big, "logra", task), "mean"]
-            gap = summary.loc[(big, "lora", task), "mean"] - got
-            want_gap = REPORTED_27B["lora"][family] - want
-            hits += int(abs(got - want) <= tol) + int(abs(gap - want_gap) <= tol)
+            if family not in REPORTED_27B["logra"]:
+                continue
+            mean = {m: 100 * final[(final["model"] == big) & (final["method"] == m)][column]
+                    .mean() for m in ("logra", "lora")}
+            want, want_gap = (REPORTED_27B["logra"][family],
+                              REPORTED_27B["lora"][family] - REPORTED_27B["logra"][family])
+            gap = mean["lora"] - mean["logra"]
+            hits += int(abs(mean["logra"] - want) <= tol) + int(abs(gap - want_gap) <= tol)
             total += 2
-            parts.append(f"{task}: LoGRA {got:.1f} % (reported {want:.1f}), LoRA {gap:+.1f} "
-                         f"points (reported {want_gap:+.1f})")
-        scale = _scale_text(frame, cfg)
+            parts.append(f"{task}: LoGRA {mean['logra']:.1f} % (reported {want:.1f}), LoRA "
+                         f"{gap:+.1f} points (reported {want_gap:+.1f})")
+        scale = _scale_text(runs, cfg)
     else:
+        tests = []
         for model in cfg["models"]:
-            for task in cfg["eval_tasks"]:
-                diff, margin = _difference(summary, model, task, "lora", "logra",
-                                           cfg["c7_margin"])
-                hits += int(diff < -margin)
-                total += 1
-                parts.append(f"{_model_name(model)} {task}: LoRA − LoGRA {diff:+.1f} points "
-                             f"(margin {margin:.1f})")
-        parts.append(f"LoRA below LoGRA in {hits}/{total}{_base_note(summary, cfg)}")
-        scale = _scale_text(frame, cfg) + " (direction of the LoRA gap only)"
+            logra = _per_problem(problems, model, "logra", chosen[(model, "logra")])
+            lora = _per_problem(problems, model, "lora", chosen[(model, "lora")])
+            tests += [(model, m, paired(logra, lora, m)) for m in MEASURES]
+        for (model, m, test), p in zip(tests, holm([t[2].p for t in tests]), strict=True):
+            below = test.difference < 0 and significant(p, cfg)
+            hits += int(below)
+            total += 1
+            parts.append(f"{_model_name(model)} {m}: LoRA − LoGRA {100 * test.difference:+.1f} "
+                         f"points (Holm p {p:.2g})")
+        parts.append(f"LoRA significantly below LoGRA in {hits}/{total}")
+        scale = _scale_text(runs, cfg) + " (direction of the LoRA gap only)"
     verdict = "reproduced" if hits == total else "partly" if hits else "not reproduced"
     return ClaimRow("C8", C8_REPORTED, "; ".join(parts), scale, verdict)
 
@@ -387,69 +520,110 @@ def gpu_rows(cfg: dict[str, Any]) -> list[ClaimRow]:
 def _gpu_text(scale: str) -> str:
     gpu = config(scale)
     example = grpo_runs.command(grpo_config(gpu, gpu["models"][0], "logra", 0))
+    sweeps = sum(len(gpu["lr_grid"][m]) for m in gpu["methods"])
     return (f"not run here (CPU proxies only). Command: `logra-repro reproduce --scale {scale} "
-            f"--only {NOTEBOOK}` (every method × {len(gpu['seeds'])} seeds, "
-            f"{gpu['steps']:,} steps, evaluated on {' and '.join(gpu['eval_tasks'])}; "
-            f"one run: `{example}`)")
+            f"--only {NOTEBOOK}` ({sweeps} sweep runs, then {len(gpu['seeds'])} seeds per "
+            f"method, {gpu['steps']:,} steps, evaluated on {gpu['task']} and "
+            f"{' and '.join(gpu['extra_eval_tasks'])}; one run: `{example}`)")
 
 
-def claims(frame: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
+def claims(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
     """C7 and C8 on the runs here, then the reported scales that were not run."""
-    return [c7_claim(frame, cfg), c8_claim(frame, cfg), *gpu_rows(cfg)]
+    return [c7_claim(runs, problems, cfg), c8_claim(runs, problems, cfg), *gpu_rows(cfg)]
 
 
 # ---------------------------------------------------------------- figures
 
 
-def plot_accuracy(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Held-out pass@1 per method, one facet per model and eval task: bars = mean over seeds,
-    dots = seeds (seaborn's barplot and swarmplot), dashed = before RL."""
-    models, tasks, methods = cfg["models"], cfg["eval_tasks"], cfg["methods"]
+def plot_sweep(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Held-out pass@1 after RL against lr at `sweep_seed`, a line per method (its registry
+    colour), the chosen lr ringed, the policy before RL dashed; a row per model, a column per
+    measure."""
+    models = cfg["models"]
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False,
+                             layout="constrained")
+    chosen = choose(runs, cfg)["lr"]
+    swept = runs[runs["seed"] == cfg["sweep_seed"]]
+    for row, model in enumerate(models):
+        for col, measure in enumerate(MEASURES):
+            ax = axes[row, col]
+            for method in cfg["methods"]:
+                points = swept[(swept["model"] == model) & (swept["method"] == method)
+                               & swept["lr"].isin(cfg["lr_grid"][method])].sort_values("lr")
+                color = METHODS[method].color
+                ax.plot(points["lr"], 100 * points[measure], marker="o", color=color,
+                        ls=METHODS[method].style, label=METHODS[method].label)
+                best = points[points["lr"] == chosen[(model, method)]]
+                ax.scatter(best["lr"], 100 * best[measure], s=160, facecolors="none",
+                           edgecolors=color, linewidths=1.5, zorder=3)
+            before = 100 * swept[swept["model"] == model][f"{measure}_before"].iloc[0]
+            ax.axhline(before, color="grey", ls="--", lw=1, label="policy before RL")
+            ax.set_xscale("log")
+            ax.set(xlabel="learning rate", ylabel=f"held-out {measure} pass@1 (%)",
+                   title=f"{_model_name(model)}: {measure} pass@1 after "
+                         f"{int(swept['steps'].max())} steps")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(f"The lr sweep, seed {cfg['sweep_seed']} (ringed: the chosen lr)", fontsize=11)
+    return fig
+
+
+def plot_accuracy(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Held-out greedy and sampled pass@1 per method at its chosen lr: bars = mean over seeds,
+    dots = seeds (seaborn's barplot and swarmplot), dashed = before RL; a row per model."""
+    final = at_chosen(runs, cfg)
+    methods, models = cfg["methods"], cfg["models"]
     labels = [METHODS[m].label for m in methods]
     colors = palette(methods)
-    runs = frame[frame["method"].isin(methods)]
-    runs = runs.assign(label=runs["method"].map(lambda m: METHODS[m].label),
-                       percent=100 * runs["accuracy"])
-    grid = sns.FacetGrid(runs, row="model", col="task", row_order=models, col_order=tasks,
-                         height=3.8, aspect=5.5 / 3.8, sharex=False, sharey=False, despine=False)
+    long = final.melt(id_vars=["model", "method", "seed"], value_vars=list(MEASURES),
+                      var_name="measure", value_name="accuracy")
+    long = long.assign(label=long["method"].map(lambda m: METHODS[m].label),
+                       percent=100 * long["accuracy"])
+    grid = sns.FacetGrid(long, row="model", col="measure", row_order=models,
+                         col_order=list(MEASURES), height=3.8, aspect=5.5 / 3.8, sharex=False,
+                         sharey=False, despine=False)
     by_method = dict(x="label", y="percent", hue="label", order=labels, hue_order=labels,
                      palette=colors, legend=False)
     grid.map_dataframe(sns.barplot, **by_method, errorbar=None, saturation=1, alpha=0.35)
     # swarmplot, not stripplot: its dots sit side by side only where they would overlap, the
     # same on every run (stripplot's jitter draws from numpy's global random state)
     grid.map_dataframe(sns.swarmplot, **by_method, size=4, zorder=3)
-    for (model, task), ax in grid.axes_dict.items():
+    for (model, measure), ax in grid.axes_dict.items():
         for bar in ax.patches:  # outlined in its own colour, as the dots are
             bar.set_edgecolor(bar.get_facecolor())
-        base = frame[(frame["model"] == model) & (frame["task"] == task)
-                     & (frame["method"] == "base")]["accuracy"]
-        if len(base):
-            ax.axhline(100 * base.mean(), color="grey", ls="--", lw=1.2,
+        before = final[final["model"] == model][f"{measure}_before"]
+        if len(before):
+            ax.axhline(100 * before.iloc[0], color="grey", ls="--", lw=1.2,
                        label="policy before RL")
+        values = long[(long["model"] == model) & (long["measure"] == measure)]["percent"]
+        low = min(values.min(), 100 * before.min()) if len(before) else values.min()
+        ax.set_ylim(max(0, low - 5), values.max() + 3)
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right", fontsize=8)
-        ax.set(xlabel="", ylabel="held-out greedy pass@1 (%)")
-        ax.set_title(f"{_model_name(model)}: {get_task(task).label} ({task})", fontsize=10)
+        ax.set(xlabel="", ylabel=f"held-out {measure} pass@1 (%)")
+        ax.set_title(f"{_model_name(model)}: {measure} pass@1", fontsize=10)
         ax.grid(alpha=0.3, axis="y")
     bars = [Patch(facecolor=colors[label], edgecolor=colors[label], alpha=0.35, label=label)
             for label in labels]
     handles, names = grid.axes[0, 0].get_legend_handles_labels()
     grid.figure.legend([*bars, *handles], [*labels, *names], loc="lower center", ncol=4,
                        fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.08))
-    grid.figure.suptitle(f"After {int(frame['steps'].max())} GRPO steps on {runs_task(cfg)} "
-                         "(bars: mean over seeds; dots: seeds)", fontsize=11)
+    grid.figure.suptitle(f"After {int(final['steps'].max())} GRPO steps, each method at its "
+                         "chosen lr (bars: mean over seeds; dots: seeds)", fontsize=11)
     grid.figure.tight_layout()
     return grid.figure
 
 
-def plot_cost(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Optimizer-state bytes and median step time per method (one bar per model)."""
-    runs = frame[frame["method"] != "base"].drop_duplicates(["model", "method", "seed"])
+def plot_cost(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Optimizer-state bytes and median step time per method at its chosen lr (a bar per
+    model)."""
+    final = at_chosen(runs, cfg)
     methods, models = cfg["methods"], cfg["models"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.5 * len(methods) * len(models) + 1.8))
     height = 0.8 / len(models)
     hatches = ["", "//", "..", "xx"]
     for k, model in enumerate(models):
-        data = runs[runs["model"] == model].groupby("method")
+        data = final[final["model"] == model].groupby("method")
         state = data["state_bytes"].mean().reindex(methods) / 1e6
         seconds = data["step_seconds"].median().reindex(methods)
         y = np.arange(len(methods)) + (k - (len(models) - 1) / 2) * height
@@ -481,6 +655,7 @@ def plot_cost(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
 
 
 FIGURES: dict[str, Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]] = {
+    "comparison_sweep": plot_sweep,
     "comparison_accuracy": plot_accuracy,
     "comparison_cost": plot_cost,
 }
