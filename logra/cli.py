@@ -102,7 +102,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         notebooks.reproduce(args.scale, only=args.only, figures_dir=args.figures_dir,
-                            results_dir=args.results_dir, rewrite_readme=args.rewrite_readme)
+                            results_dir=args.results_dir, rewrite_readme=args.rewrite_readme,
+                            record_times=args.record_times)
     except (notebooks.NotebookFailed, ValueError) as err:  # a notebook, a config, a build
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -207,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--rewrite-readme", action=argparse.BooleanOptionalAction, default=None,
                      help="rewrite the README's claims block with this run's ledger (default: "
                           "only at --scale default)")
+    rep.add_argument("--record-times", action="store_true",
+                     help="write the wall times (reproduce_time_SCALE) among the figures rather "
+                          "than under the results directory: how the committed table was made")
     rep.add_argument("--check", action="store_true",
                      help="then compare the regenerated tables with git HEAD's figures/ within "
                           "figures/tolerances.yaml (python -m logra.check); exit 1 when one "

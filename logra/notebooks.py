@@ -165,7 +165,8 @@ def reproduce(scale: str, only: list[str] | None = None,
               executed_dir: str | os.PathLike | None = None,
               log: Callable[[str], object] = print,
               results_dir: str | os.PathLike | None = None,
-              rewrite_readme: bool | None = None) -> dict[str, float]:
+              rewrite_readme: bool | None = None,
+              record_times: bool = False) -> dict[str, float]:
     """Build the proxy policies the notebooks need (`prepare_models`), then execute every
     notebook at `scale`; returns seconds per step ("prepare", then each notebook).
 
@@ -174,8 +175,11 @@ def reproduce(scale: str, only: list[str] | None = None,
     `results_dir` None: each experiment's own (`results/` of the project). `rewrite_readme`
     None rewrites the project README's claims block at the default scale only.
     Stops at the first failure, keeping every figure and executed notebook already written.
-    A complete run (`only` None) also writes its wall times as FIGURES/reproduce_time_SCALE; a
+    A complete run (`only` None) also writes its wall times as TIMES/reproduce_time_SCALE; a
     partial one updates its notebooks' rows of that table if there is one (`save_wall_times`).
+    TIMES is `figures_dir` when `record_times`, else the results directory: wall times are a
+    measurement of this machine, recorded among the figures only when asked, so that a second
+    reproduction (every run read back from the results store) rewrites no committed file.
     """
     names = ordered(only)
     check_scale(scale, names)
@@ -202,12 +206,14 @@ def reproduce(scale: str, only: list[str] | None = None,
         execute(name, {k: v for k, v in given.items() if k in declared}, executed_dir)
         seconds[name] = time.perf_counter() - start
         log(f"[{i}/{len(names)}] {name} done in {seconds[name]:.0f} s")
+    times = figures if record_times else results
     if only is None:
-        save_wall_times(seconds, scale, figures)
-    elif (figures / f"reproduce_time_{scale}.csv").exists():
-        save_wall_times({k: v for k, v in seconds.items() if k != "prepare"}, scale, figures,
+        save_wall_times(seconds, scale, times)
+    elif (times / f"reproduce_time_{scale}.csv").exists():
+        save_wall_times({k: v for k, v in seconds.items() if k != "prepare"}, scale, times,
                         update=True)
-    log(f"figures and tables in {figures}; executed notebooks in {executed_dir}")
+    log(f"figures and tables in {figures}; executed notebooks in {executed_dir}; wall times in "
+        f"{times / f'reproduce_time_{scale}.md'}")
     return seconds
 
 
