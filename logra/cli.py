@@ -94,24 +94,30 @@ def _reproduce(args: argparse.Namespace) -> int:
             return code
         print(f"CPU floating point pinned ({args.pin}): "
               + ", ".join(f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")))
-    if args.check and (args.scale != "default" or args.figures_dir is not None):
+    if args.check and args.scale != "default":
         return usage_error(args.parser, "--check compares with the committed figures/, which "
-                                        "only --scale default (into figures/) regenerates")
+                                        "only --scale default regenerates")
+    figures_dir, rewrite_readme = args.figures_dir, args.rewrite_readme
+    if args.check:  # regenerate beside the committed figures, never over them
+        from logra.paths import results_root
+
+        figures_dir = figures_dir or results_root(args.results_dir) / "check" / "figures"
+        rewrite_readme = False
     if args.backend is not None and not _use_backend(args.backend):
         return 1
     start = time.perf_counter()
     try:
-        notebooks.reproduce(args.scale, only=args.only, figures_dir=args.figures_dir,
-                            results_dir=args.results_dir, rewrite_readme=args.rewrite_readme,
+        notebooks.reproduce(args.scale, only=args.only, figures_dir=figures_dir,
+                            results_dir=args.results_dir, rewrite_readme=rewrite_readme,
                             record_times=args.record_times)
     except (notebooks.NotebookFailed, ValueError) as err:  # a notebook, a config, a build
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"reproduce finished in {time.perf_counter() - start:.0f} s")
-    if args.check:  # the regenerated figures/ against git HEAD's, within figures/tolerances.yaml
+    if args.check:  # the regenerated figures against git HEAD's, within figures/tolerances.yaml
         from logra import check
 
-        return check.main([])
+        return check.main([str(figures_dir)])
     return 0
 
 
@@ -212,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write the wall times (reproduce_time_SCALE) among the figures rather "
                           "than under the results directory: how the committed table was made")
     rep.add_argument("--check", action="store_true",
-                     help="then compare the regenerated tables with git HEAD's figures/ within "
+                     help="regenerate into RESULTS/check/figures (or --figures-dir), never over "
+                          "figures/, then compare those tables with git HEAD's figures/ within "
                           "figures/tolerances.yaml (python -m logra.check); exit 1 when one "
                           "moved outside its tolerance")
     rep.add_argument("--pin", choices=["avx2", "strict"],

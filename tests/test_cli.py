@@ -122,7 +122,9 @@ def test_only_the_default_scale_owns_figures_and_the_readme(executed, tmp_path) 
     assert {params["figures_dir"] for _, params, _ in executed} == {str(smoke_figures)}
     claims = executed[-1][1]
     assert claims["readme"] == "" and claims["rewrite_readme"] is False
-    assert (smoke_figures / "reproduce_time_smoke.csv").exists()  # a complete run's wall times
+    # a complete run's wall times: under the results, among the figures only when asked
+    assert (tmp_path / "reproduce_time_smoke.csv").exists()
+    assert not (smoke_figures / "reproduce_time_smoke.csv").exists()
     assert "results_dir" not in executed[0][1]  # 01_sketch_error does not declare it
 
     executed.clear()
@@ -140,14 +142,17 @@ def test_only_the_default_scale_owns_figures_and_the_readme(executed, tmp_path) 
 
 def test_check_compares_the_regenerated_figures_with_head_s(executed, monkeypatch,
                                                              tmp_path) -> None:
-    """`reproduce --check` runs `python -m logra.check` on figures/ after the notebooks and
-    exits with its code (1: a table moved outside its tolerance)."""
+    """`reproduce --check` regenerates into <results>/check/figures, never over the committed
+    figures/ (git status stays clean), runs `python -m logra.check` on that directory and exits
+    with its code (1: a table moved outside its tolerance); the README is left alone."""
     calls = []
     monkeypatch.setattr("logra.check.main", lambda argv: calls.append(argv) or 1)
     code = cli.main(["reproduce", "--only", "07_optimizer_cost", "--results-dir", str(tmp_path),
                      "--check"])
-    assert code == 1 and calls == [[]]
-    assert executed[0][1]["figures_dir"] == str(REPO / "figures")
+    fresh = str(tmp_path / "check" / "figures")
+    assert code == 1 and calls == [[fresh]]
+    assert executed[0][1]["figures_dir"] == fresh
+    assert executed[0][1].get("rewrite_readme", False) is False
 
 
 def test_a_failing_notebook_exits_1(monkeypatch, tmp_path, capsys) -> None:
