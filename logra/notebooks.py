@@ -124,6 +124,11 @@ def prepare_models(scale: str, names: list[str], log: Callable[[str], object] = 
     return models
 
 
+# The kernel's own log at ERROR: ipykernel 7 warns at every start that a kernel on a local TCP
+# socket is unencrypted, which says nothing about a notebook run on one's own machine.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+
+
 def execute(name: str, parameters: dict, executed_dir: str | os.PathLike,
             progress_bar: bool = True) -> Path:
     """Run NAME.ipynb of the packaged notebooks with `parameters` (papermill) in the project
@@ -144,6 +149,7 @@ def execute(name: str, parameters: dict, executed_dir: str | os.PathLike,
         pm.execute_notebook(
             str(source), str(target), parameters=parameters, cwd=str(project_root()),
             kernel_name="python3", progress_bar=progress_bar, log_output=False,
+            extra_arguments=KERNEL_ARGUMENTS,
         )
     except PapermillExecutionError as err:
         raise NotebookFailed(

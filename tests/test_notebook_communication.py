@@ -133,3 +133,14 @@ def test_config_scales_and_errors() -> None:
     assert set(default["architectures"]) == {"qwen2.5-1.5b", "qwen2.5-7b", "gemma-3-27b"}
     with pytest.raises(ConfigError, match="unknown key"):
         comm.config("smoke", world=4)
+
+
+def test_a_notebook_run_prints_no_kernel_log(tmp_path, capfd) -> None:
+    """The kernel logs at ERROR (`notebooks.KERNEL_ARGUMENTS`): ipykernel's warning at every
+    start that its local TCP socket is unencrypted no longer reaches the terminal."""
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("needs torch.distributed with gloo")
+    notebooks.execute("08_communication", {"scale": "smoke", "figures_dir": str(tmp_path)},
+                      executed_dir=tmp_path, progress_bar=False)
+    err = capfd.readouterr().err
+    assert "IPKernelApp" not in err and "without encryption" not in err, err
