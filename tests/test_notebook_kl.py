@@ -22,21 +22,12 @@ from logra.rl import config as grpo
 from logra.rl import runner
 
 
-def shared_results(tmp_path_factory: pytest.TempPathFactory):
-    """One results directory per test session: the comparison notebook's smoke runs reuse the
-    KL notebook's (and the smoke proxy is built once)."""
-    path = tmp_path_factory.getbasetemp() / "grpo-smoke-results"
-    path.mkdir(exist_ok=True)
-    return path
-
-
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
+def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
     out = tmp_path_factory.mktemp("kl_trajectories")
-    results = shared_results(tmp_path_factory)
     notebooks.execute(kt.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                    "results_dir": str(results)}, executed_dir=out)
-    return out, results
+                                    "results_dir": str(smoke_results)}, executed_dir=out)
+    return out, smoke_results
 
 
 # ---------------------------------------------------------------- the notebook

@@ -113,12 +113,10 @@ def test_c6_stress_rule() -> None:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
+def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
     out = tmp_path_factory.mktemp("kl_control")
-    results = tmp_path_factory.getbasetemp() / "grpo-smoke-results"  # shared with notebook 03
-    results.mkdir(exist_ok=True)
     notebooks.execute(kc.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                    "results_dir": str(results)}, executed_dir=out)
+                                    "results_dir": str(smoke_results)}, executed_dir=out)
     return out
 
 

@@ -56,12 +56,10 @@ def test_a_run_passes_only_with_both_gains_large_and_significant() -> None:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
+def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
     out = tmp_path_factory.mktemp("rl_regime")
-    results = tmp_path_factory.getbasetemp() / "grpo-smoke-results"
-    results.mkdir(exist_ok=True)
     notebooks.execute(rr.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                    "results_dir": str(results)}, executed_dir=out)
+                                    "results_dir": str(smoke_results)}, executed_dir=out)
     return out
 
 
