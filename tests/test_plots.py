@@ -41,3 +41,16 @@ def test_without_a_band_or_with_another_estimator(ax) -> None:
     (line,) = ax.lines
     assert list(line.get_ydata()) == [2.0, 2.0] and not ax.collections
     assert line.get_markeredgecolor() == "k"  # an "x" is all edge: not seaborn's white one
+
+
+def test_a_line_through_too_few_steps_to_see_gets_markers(ax) -> None:
+    """A smoke run's single measured step draws a visible point, not an empty panel."""
+    one_step = FRAME[FRAME["step"] == 2]
+    line_with_band(ax, one_step, "step", "kl", color="red")
+    (line,) = ax.lines
+    assert line.get_marker() == "o" and list(line.get_xdata()) == [2]
+    many = pd.DataFrame({"step": [1, 2, 3, 4], "seed": 0, "kl": [1.0, 2.0, 3.0, 4.0]})
+    fig, other = plt.subplots()
+    line_with_band(other, many, "step", "kl")
+    assert other.lines[0].get_marker() in ("None", None, "")  # enough points: a plain line
+    plt.close(fig)

@@ -422,6 +422,8 @@ def plot_tradeoff(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             acc=("accuracy", "mean"), acc_lo=("accuracy", "min"), acc_hi=("accuracy", "max"),
             clipped=("clipped", "mean"))
         stats = stats.sort_index(na_position="last")
+        # a KL of 0 (a policy that never moved: the smoke scale) has no place on a log axis
+        stats[["kl", "kl_lo", "kl_hi"]] = stats[["kl", "kl_lo", "kl_hi"]].clip(lower=FLOOR)
         label = spec.short
         ax.errorbar(stats["kl"], 100 * stats["acc"],
                     xerr=[stats["kl"] - stats["kl_lo"], stats["kl_hi"] - stats["kl"]],

@@ -19,6 +19,9 @@ def rank_axis(ax: plt.Axes, ticks: Iterable[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
+FEW_POINTS = 3
+
+
 def line_with_band(ax: plt.Axes, data: pd.DataFrame, x: str, y: str, band: bool = True,
                    estimator: str = "mean", band_alpha: float = 0.15, **line: object) -> None:
     """A line of `estimator` over the rows of `data` that share an `x` (the seeds of a step)
@@ -26,9 +29,13 @@ def line_with_band(ax: plt.Axes, data: pd.DataFrame, x: str, y: str, band: bool 
     `errorbar=("pi", 100)`, the 0–100th percentile interval. An `x` with a single row has no
     band (seaborn draws no interval for one observation).
 
-    `line` goes to the line (color, label, linestyle, ...). The axes keep their labels, which
-    seaborn would otherwise name after the columns."""
+    `line` goes to the line (color, label, linestyle, ...). With fewer than `FEW_POINTS`
+    distinct `x` (a smoke run's two steps) the points get markers, since a line through one
+    point draws nothing. The axes keep their labels, which seaborn would otherwise name after
+    the columns."""
     labels = ax.get_xlabel(), ax.get_ylabel()
+    if data[x].nunique() < FEW_POINTS:
+        line = {"marker": "o", **line}
     line = {"markeredgecolor": "auto", "markeredgewidth": plt.rcParams["lines.markeredgewidth"],
             **line}  # matplotlib's marker edges, not seaborn's white ones (an "x" is all edge)
     sns.lineplot(data=data, x=x, y=y, estimator=estimator, errorbar=("pi", 100) if band else None,
