@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "reproducibility contract, Intel CPUs: avx2 for any x86 CPU since "
                           "~2015 (make reproduce's default on x86), strict for older ones, about "
                           "2x slower; every committed figure but notebook 07's wall times was "
-                          "made under avx2 (README: What reproduces where)")
+                          "made under avx2 (docs/reproducibility.md)")
     rep.add_argument("--backend", choices=["local", "ray"],
                      help="where the notebooks' sweeps run their jobs: local (processes on this "
                           "machine, the default) or ray (one task per run on the Ray cluster at "
