@@ -92,6 +92,13 @@ report.show_plot(comparison.FIGURES, "comparison_accuracy", runs, cfg, figures_d
 report.show_table(comparison.tests_table(runs, problems, cfg), "comparison_tests", figures_dir)
 
 # %% [markdown]
+# How far each method moved the policy from the reference, and its training reward, step by
+# step (the runs of the table).
+
+# %%
+report.show_plot(comparison.FIGURES, "comparison_training", runs, cfg, figures_dir)
+
+# %% [markdown]
 # ## 3 · What each optimizer keeps and costs
 #
 # State is exact (bytes of the tensors each optimizer keeps). Step times are the median wall

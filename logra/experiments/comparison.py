@@ -50,6 +50,7 @@ from logra.config import load_config
 from logra.data import get_task
 from logra.experiments import grpo_runs
 from logra.experiments.jobs import run_jobs
+from logra.experiments.plots import line_with_band
 from logra.experiments.report import ClaimRow
 from logra.methods import METHODS, palette
 from logra.models import SCALES
@@ -249,6 +250,18 @@ def at_chosen(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
             for m, meth, lr, s in zip(runs["model"], runs["method"], runs["lr"], runs["seed"],
                                       strict=True)]
     return runs[keep].reset_index(drop=True)
+
+
+def trajectories(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """The step records (`records.csv`) of the runs at each method's chosen lr, tidy, with
+    model, method, lr and seed columns (training steps only)."""
+    frames = []
+    for r in at_chosen(runs, cfg).itertuples():
+        directory = grpo.run_dir(grpo_config(cfg, r.model, r.method, r.seed, r.lr))
+        records = pd.read_csv(directory / runner.RECORDS_FILE)
+        frames.append(records[records["step"] >= 1].assign(model=r.model, method=r.method,
+                                                            lr=r.lr, seed=r.seed))
+    return pd.concat(frames, ignore_index=True)
 
 
 # ---------------------------------------------------------------- paired tests
@@ -654,8 +667,45 @@ def plot_cost(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return fig
 
 
+SMOOTH_STEPS = 10  # rolling mean of the training reward in `plot_training`
+
+
+def plot_training(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Per step, each method at its chosen lr: KL(π_θ ‖ π_ref) per token (log) and the training
+    reward (rolling mean over `SMOOTH_STEPS`); lines are means over seeds, bands the lowest to
+    the highest seed; a row per model."""
+    steps = trajectories(runs, cfg)
+    steps = steps.sort_values(["model", "method", "seed", "step"])
+    steps["reward"] = steps.groupby(["model", "method", "seed"])["reward"].transform(
+        lambda r: r.rolling(SMOOTH_STEPS, min_periods=1).mean())
+    steps = steps[steps["step"] > 1]  # step 1 samples from π_ref: KL 0
+    models = cfg["models"]
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False,
+                             layout="constrained")
+    for row, model in enumerate(models):
+        for col, (column, title) in enumerate(
+                (("kl", "KL(π_θ ‖ π_ref) per token"),
+                 ("reward", f"training reward ({SMOOTH_STEPS}-step mean)"))):
+            ax = axes[row, col]
+            for method in cfg["methods"]:
+                data = steps[(steps["model"] == model) & (steps["method"] == method)]
+                spec = METHODS[method]
+                line_with_band(ax, data, "step", column, band=data["seed"].nunique() > 1,
+                               color=spec.color, ls=spec.style, lw=1.4, label=spec.label)
+            if column == "kl":
+                ax.set_yscale("log")
+            ax.set(xlabel="GRPO step", ylabel=title, title=f"{_model_name(model)}: {title}")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle("Each method at its chosen lr (line: mean over seeds; band: seed range)",
+                 fontsize=11)
+    return fig
+
+
 FIGURES: dict[str, Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]] = {
     "comparison_sweep": plot_sweep,
     "comparison_accuracy": plot_accuracy,
     "comparison_cost": plot_cost,
+    "comparison_training": plot_training,
 }
