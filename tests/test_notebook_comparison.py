@@ -362,3 +362,22 @@ def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> No
     assert (tmp_path / "results" / "reproduce_time_smoke.csv").exists()
 
 
+
+
+def test_greedy_only_runs_are_compared_on_greedy_alone() -> None:
+    """The GPU scales evaluate greedily only (no eval_samples): the tests, the table and C7
+    use greedy pass@1 and say nothing of a sampled one."""
+    spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.30, 0.20)},
+            "logra": {3e-4: (0.45, 0.40)}}
+    runs, problems = _made(spec)
+    runs["sampled"] = runs["sampled_before"] = np.nan
+    problems["sampled"] = np.nan
+    cfg = _cfg(spec)
+    tests = cmp.paired_table(runs, problems, cfg)
+    assert "sampled_gain" not in tests.columns and tests["greedy_gain_p"].notna().all()
+    table = cmp.comparison_table(runs, problems, cfg)
+    assert "greedy pass@1, %" in table.columns and "sampled pass@1, %" not in table.columns
+    pairs = cmp.c7_pairs(runs, problems, cfg)
+    assert list(pairs["measure"]) == ["greedy"]
+    assert cmp.c7_claim(runs, problems, cfg).verdict == "reproduced"
+    assert len(cmp.plot_accuracy(runs, cfg).axes) == 1

@@ -64,6 +64,12 @@ FINAL_STEPS = 5
 REFERENCE = "adamw"
 BASE = "base"  # the policy before RL, in `problems` and the tables
 MEASURES = ("greedy", "sampled")
+
+
+def measured(frame: pd.DataFrame) -> list[str]:
+    """The measures of `MEASURES` that `frame` (runs or problems) holds any value of: greedy
+    always, sampled only where the runs evaluated it (`eval_samples`; not at the GPU scales)."""
+    return [m for m in MEASURES if frame[m].notna().any()]
 # The report's numbers (docs/claims.md): C7 gives none at 1.5B/7B, C8 these at 27B, by family.
 REPORTED_27B = {"logra": {"gsm": 84.2, "math": 51.7},
                 "lora": {"gsm": round(84.2 - 7.6, 1), "math": round(51.7 - 7.3, 1)}}
@@ -301,7 +307,7 @@ def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
             mine = _per_problem(problems, model, method, lr)
             row: dict[str, Any] = dict(model=model, method=method, lr=lr,
                                        seeds=int(mine["greedy"]["count"].max()))
-            for measure in MEASURES:
+            for measure in measured(problems):
                 gain = paired(base, mine, measure)
                 row.update({f"{measure}_before": 100 * gain.a, measure: 100 * gain.b,
                             f"{measure}_gain": 100 * gain.difference})
@@ -359,8 +365,8 @@ def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, 
     for model in cfg["models"]:
         first = tests.loc[(model, REFERENCE)]
         before = {"model": _model_name(model), "method": _label(BASE), "lr": "—",
-                  "greedy pass@1, %": f"{first['greedy_before']:.1f}",
-                  "sampled pass@1, %": f"{first['sampled_before']:.1f}"}
+                  **{f"{m} pass@1, %": f"{first[f'{m}_before']:.1f}"
+                     for m in measured(problems)}}
         rows.append(before)
         for method in cfg["methods"]:
             t = tests.loc[(model, method)]
@@ -368,12 +374,10 @@ def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, 
             rows.append({
                 "model": _model_name(model), "method": _label(method),
                 "lr": f"{t['lr']:g}" + ("" if is_swept(cfg, method) else " (not swept)"),
-                "greedy pass@1, %": _mean_sd(r["greedy"]),
-                "sampled pass@1, %": _mean_sd(r["sampled"]),
-                "greedy vs dense, pts": _difference_text(t["greedy_vs_dense"],
-                                                         t["greedy_vs_dense_p"], cfg),
-                "sampled vs dense, pts": _difference_text(t["sampled_vs_dense"],
-                                                          t["sampled_vs_dense_p"], cfg),
+                **{f"{m} pass@1, %": _mean_sd(r[m]) for m in measured(problems)},
+                **{f"{m} vs dense, pts": _difference_text(t[f"{m}_vs_dense"],
+                                                          t[f"{m}_vs_dense_p"], cfg)
+                   for m in measured(problems)},
                 **{f"{task} greedy, %": _mean_sd(r[f"{task} greedy"])
                    for task in cfg["extra_eval_tasks"]},
                 "reported 27B GSM8K, %": _reported(method, "gsm"),
@@ -421,7 +425,8 @@ def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
 
 
 def _dense_learned(t: pd.Series, cfg: dict[str, Any]) -> bool:
-    return any(t[f"{m}_gain"] > 0 and significant(t[f"{m}_gain_p"], cfg) for m in MEASURES)
+    return any(t[f"{m}_gain"] > 0 and significant(t[f"{m}_gain_p"], cfg)
+               for m in MEASURES if f"{m}_gain" in t)
 
 
 def c7_pairs(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
@@ -433,7 +438,7 @@ def c7_pairs(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
     rows = []
     for model in cfg["models"]:
         dense, logra = tests.loc[(model, REFERENCE)], tests.loc[(model, "logra")]
-        for m in MEASURES:
+        for m in measured(problems):
             diff, p = logra[f"{m}_vs_dense"], logra[f"{m}_vs_dense_p"]
             rows.append(dict(model=model, measure=m, base=dense[f"{m}_before"],
                              adamw=dense[m], logra=logra[m], difference=diff, p=p,
@@ -502,7 +507,7 @@ def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
         for model in cfg["models"]:
             logra = _per_problem(problems, model, "logra", chosen[(model, "logra")])
             lora = _per_problem(problems, model, "lora", chosen[(model, "lora")])
-            tests += [(model, m, paired(logra, lora, m)) for m in MEASURES]
+            tests += [(model, m, paired(logra, lora, m)) for m in measured(problems)]
         for (model, m, test), p in zip(tests, holm([t[2].p for t in tests]), strict=True):
             below = test.difference < 0 and significant(p, cfg)
             hits += int(below)
@@ -553,12 +558,12 @@ def plot_sweep(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     colour), the chosen lr ringed, the policy before RL dashed; a row per model, a column per
     measure."""
     models = cfg["models"]
-    fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(len(models), len(measured(runs)), figsize=(11, 3.8 * len(models)),
+                             squeeze=False, layout="constrained")
     chosen = choose(runs, cfg)["lr"]
     swept = runs[runs["seed"] == cfg["sweep_seed"]]
     for row, model in enumerate(models):
-        for col, measure in enumerate(MEASURES):
+        for col, measure in enumerate(measured(runs)):
             ax = axes[row, col]
             for method in cfg["methods"]:
                 points = swept[(swept["model"] == model) & (swept["method"] == method)
@@ -589,12 +594,12 @@ def plot_accuracy(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     methods, models = cfg["methods"], cfg["models"]
     labels = [METHODS[m].label for m in methods]
     colors = palette(methods)
-    long = final.melt(id_vars=["model", "method", "seed"], value_vars=list(MEASURES),
+    long = final.melt(id_vars=["model", "method", "seed"], value_vars=measured(final),
                       var_name="measure", value_name="accuracy")
     long = long.assign(label=long["method"].map(lambda m: METHODS[m].label),
                        percent=100 * long["accuracy"])
     grid = sns.FacetGrid(long, row="model", col="measure", row_order=models,
-                         col_order=list(MEASURES), height=3.8, aspect=5.5 / 3.8, sharex=False,
+                         col_order=measured(final), height=3.8, aspect=5.5 / 3.8, sharex=False,
                          sharey=False, despine=False)
     by_method = dict(x="label", y="percent", hue="label", order=labels, hue_order=labels,
                      palette=colors, legend=False)
