@@ -23,7 +23,7 @@
 # We cannot run those models here (no GPU). What runs here is the same GRPO code on the
 # warmed-up proxy policy `proxy-1m`, in the regime where dense AdamW GRPO learns (notebook 11:
 # `gsm-synth`, 8 prompts × 16 completions). Every optimizer — dense AdamW, LoRA (`peft`, rank
-# 8, alpha 16), LoGRA (gain reconstruction, δ = 0.02), GaLore, and at the full scale APOLLO,
+# 8, alpha 16), LoGRA (gain reconstruction, δ = 0.02), GaLore, APOLLO, and at the full scale
 # Adafactor and the naive random projection — first gets its own learning-rate sweep; then it
 # runs at its chosen lr, and its final policy is compared with dense AdamW's problem by problem
 # on the same held-out problems: greedy pass@1 on 5,000 and sampled pass@1 (4 completions at
@@ -31,8 +31,8 @@
 #
 # **Cost and scales.** One 100-step run takes about 25 minutes of one core here (two runs side
 # by side); the `default` scale (seed 0; three-point sweeps for dense AdamW, LoRA and LoGRA, one
-# lr for GaLore) is 10 runs, about 2 hours on two cores. `full` adds APOLLO, Adafactor and the
-# naive projection, sweeps every method and runs 3 seeds at the chosen lrs (35 runs: `logra-repro
+# lr for GaLore and APOLLO) is 11 runs, about 2 hours on two cores. `full` adds Adafactor and
+# the naive projection, sweeps every method and runs 3 seeds at the chosen lrs (35 runs: `logra-repro
 # reproduce --scale full --only 04_optimizer_comparison`, about 7 hours on two cores;
 # `--backend ray` spreads them over a cluster, docs/distributed.md). The same notebook at
 # `1.5b`, `7b` or `27b` points the same code at the real models (GPU). All logic lives in

@@ -540,8 +540,8 @@ def _gpu_text(scale: str) -> str:
     example = grpo_runs.command(grpo_config(gpu, gpu["models"][0], "logra", 0))
     sweeps = sum(len(gpu["lr_grid"][m]) for m in gpu["methods"])
     return (f"not run here (CPU proxies only). Command: `logra-repro reproduce --scale {scale} "
-            f"--only {NOTEBOOK}` ({sweeps} sweep runs, then {len(gpu['seeds'])} seeds per "
-            f"method, {gpu['steps']:,} steps, evaluated on {gpu['task']} and "
+            f"--only {NOTEBOOK}` ({sweeps} sweep runs, then {len(gpu['seeds'])} seeds of each "
+            f"method at its chosen lr, {gpu['steps']:,} steps, evaluated on {gpu['task']} and "
             f"{' and '.join(gpu['extra_eval_tasks'])}; one run: `{example}`)")
 
 
@@ -673,6 +673,7 @@ def plot_cost(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
 
 
 SMOOTH_STEPS = 10  # rolling mean of the training reward in `plot_training`
+KL_FLOOR = 1e-8  # KL values below this (0 at the smoke scale) are drawn at it on the log axis
 
 
 def plot_training(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
@@ -684,6 +685,7 @@ def plot_training(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     steps["reward"] = steps.groupby(["model", "method", "seed"])["reward"].transform(
         lambda r: r.rolling(SMOOTH_STEPS, min_periods=1).mean())
     steps = steps[steps["step"] > 1]  # step 1 samples from π_ref: KL 0
+    steps = steps.assign(kl=steps["kl"].clip(lower=KL_FLOOR))  # a policy that never moved
     models = cfg["models"]
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False,
                              layout="constrained")
