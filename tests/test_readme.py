@@ -67,3 +67,24 @@ def test_notebook_11_numbers_are_the_committed_tables(regime) -> None:
         gains = f"+{_points(regime[column].min())} to +{_points(regime[column].max())} points"
         assert gains in text, gains
     assert f"holds on {int(regime['passes'].sum())} of the {len(regime)} seeds" in text
+
+
+def test_notebook_04_numbers_are_the_committed_tables() -> None:
+    """Every row of the README's comparison table quotes figures/comparison.csv: greedy and
+    sampled pass@1, the differences to dense AdamW, and the state."""
+    table = pd.read_csv(FIGURES / "comparison.csv", dtype=str).set_index("method")
+    text = _section("Running things")
+    text = text[text.index("### LoRA vs dense AdamW vs LoGRA where RL learns"):]
+    rows = {"policy before RL": "| policy before RL |", "dense AdamW": "| dense AdamW (",
+            "LoGRA gain + KL control": "| LoGRA + KL control (", "LoRA": "| LoRA r8 α16 (",
+            "GaLore": "| GaLore (", "APOLLO": "| APOLLO ("}
+    for method, start in rows.items():
+        line = next(row for row in text.splitlines() if row.startswith(start))
+        t = table.loc[method]
+        assert f"| {t['greedy pass@1, %']} % | {t['sampled pass@1, %']} % |" in line, line
+        if method not in ("policy before RL", "dense AdamW"):
+            diffs = [t[c].split()[0].replace("-", "−") for c in ("greedy vs dense, pts",
+                                                                  "sampled vs dense, pts")]
+            assert f"| {diffs[0]} / {diffs[1]} " in line, (line, diffs)
+        if method != "policy before RL":
+            assert f"{float(t['optimizer state, MB']):.2f} MB" in line, line
