@@ -32,8 +32,8 @@
 # **Cost and scales.** One 100-step run takes about 25 minutes of one core here (two runs side
 # by side); the `default` scale (seed 0; three-point sweeps for dense AdamW, LoRA and LoGRA, one
 # lr for GaLore and APOLLO) is 11 runs, about 2 hours on two cores. `full` adds Adafactor and
-# the naive projection, sweeps every method and runs 3 seeds at the chosen lrs (35 runs: `logra-repro
-# reproduce --scale full --only 04_optimizer_comparison`, about 7 hours on two cores;
+# the naive projection, sweeps every method and runs 3 seeds at the chosen lrs (35 runs:
+# `logra-repro reproduce --scale full --only 04_optimizer_comparison`, about 7 hours on two cores;
 # `--backend ray` spreads them over a cluster, docs/distributed.md). The same notebook at
 # `1.5b`, `7b` or `27b` points the same code at the real models (GPU). All logic lives in
 # `logra.experiments.comparison`.
