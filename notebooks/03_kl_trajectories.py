@@ -21,17 +21,21 @@
 # step control prevents this, its KL curves matching dense Adam's over 1,100 steps (C6).
 #
 # Here every optimizer runs the same GRPO loop (`logra.rl`: the same prompts, samples and
-# rewards per seed and step) from the same warmed-up proxy policy, and we log the exact mean
-# per-token KL(π_θ ‖ π_ref) from full softmaxes at every step:
+# rewards per seed and step) from the same warmed-up proxy policy, in the regime of notebook 11
+# where dense AdamW GRPO learns (proxy-1m, gsm-synth, 8 prompts × 16 samples, 100 steps), and we
+# log the exact mean per-token KL(π_θ ‖ π_ref) from full softmaxes at every step:
 #
-# | method | what it is |
-# |---|---|
-# | dense AdamW | `torch.optim.AdamW`, no control |
-# | dense AdamW + KL control | LoGRA, `sketch=False` everywhere (AdamW's update), the control |
-# | LoGRA gain + KL control | the default LoGRA: gain reconstruction, δ = 0.02, JVP estimate |
-# | LoGRA Nyström + KL control | the literal "pseudo-inverse coupling" reading, same control |
-# | LoGRA gain, no control | the sketches alone |
-# | naive random projection | one-sided fixed random P, Adam in the projected space, no control |
+# | method | what it is | lr |
+# |---|---|---|
+# | dense AdamW | `torch.optim.AdamW`, no control | 1e-4, its best in notebook 04's sweep |
+# | LoGRA gain + KL control | the default LoGRA: gain reconstruction, δ = 0.02 | 3e-4, its best |
+# | LoGRA gain, no control | the sketches alone | 3e-4 |
+# | naive random projection | one-sided fixed random P, Adam in the projected space | 3e-4 |
+#
+# The last three differ only in the update rule. The `full` scale adds dense AdamW + KL control
+# (LoGRA with `sketch=False`: AdamW's update and the control) and LoGRA Nyström (the literal
+# "pseudo-inverse coupling" reading), over 3 seeds. The runs with notebook 04's method, lr and
+# seed are notebook 04's runs (one cache).
 #
 # The control scales the whole step by γ = min(1, √(δ / KL̂)) with KL̂ = ½ΔᵀFΔ. The second
 # part calibrates the two estimates of KL̂ — the free diagonal one and the exact JVP — against
@@ -59,7 +63,7 @@ figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results_dir).items()
              if v is not None}
 cfg = kt.config(scale, **overrides)
-example = grpo_runs.grpo_config(cfg, "logra", cfg["seeds"][0])
+example = kt.grpo_config(cfg, "logra", cfg["seeds"][0])
 print(f"scale {scale!r}: {len(cfg['methods'])} methods × {len(cfg['seeds'])} seeds × "
       f"{cfg['steps']} steps on {example['model']} ({example['prompts_per_step']} prompts × "
       f"{example['group_size']} samples per step, lr {example['lr']:g}), "
@@ -92,14 +96,15 @@ print(kt.summary(frame, cfg))
 #   drift stays small (steps in directions that do not add up), and the reverse.
 # * The naive projection keeps only a random r-dimensional subspace of one side of every
 #   gradient: its steps are far smaller than Adam's at the same learning rate.
-# * The `high-lr` scale of this notebook (lr 3e-4; `logra.notebooks.execute("03_kl_trajectories",
-#   {"scale": "high-lr"})`) is the same experiment where dense AdamW's own KL runs away with these
-#   small batches.
+# * The `high-lr` scale of this notebook (every method at lr 1e-3, notebook 09's stress runs;
+#   `logra-repro reproduce --scale high-lr --only 03_kl_trajectories`) is the same experiment
+#   where the steps are largest.
 
 # %% [markdown]
 # ## 2 · Calibration: predicted against measured KL of each step
 #
-# A separate LoGRA run (gain, the same seed's steps as "no control") predicts the KL of every
+# A separate LoGRA run (gain, at a smaller batch of 2 prompts × 4 samples and lr 1e-4, since
+# every step is also probed by the exact JVP; `calibration_keys`) predicts the KL of every
 # step with the **default calibrated estimate** but never clips: the free diagonal estimate
 # ½·Δᵀdiag(V̂)Δ times a factor refitted from an exact JVP probe on the first step and every
 # `kl_probe_every` steps (on probed steps the probe itself is the prediction). Each step is also

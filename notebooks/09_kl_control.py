@@ -14,26 +14,27 @@
 # ---
 
 # %% [markdown]
-# # 09 · The predicted-KL control where it acts
+# # 09 · What the predicted-KL control buys where GRPO learns
 #
 # LoGRA scales every step by γ = min(1, √(δ / KL̂)), KL̂ the predicted KL(π_before ‖ π_after)
-# of the step in nats per token. On the proxies a GRPO step moves the policy by 10⁻⁴–10⁻³
-# nats/token, so the report's δ = 0.02 never binds (notebook 03) and says nothing about the
-# mechanism. This notebook chooses δ where it acts:
+# of the step in nats per token. A control that keeps the policy near the reference is worth
+# something only if it keeps more reward per nat of drift than the obvious alternative, a
+# smaller learning rate. So this notebook draws held-out pass@1 against the final
+# KL(π_θ ‖ π_ref), one point per run, as the RLHF literature draws reward against KL (Gao et
+# al. 2022; the DPO paper's Fig. 2), in the regime of notebook 11 where dense AdamW GRPO learns
+# (proxy-1m, gsm-synth, 8 prompts × 16 samples, 100 steps; the runs with notebook 04's settings
+# are notebook 04's runs):
 #
-# * **δ sweep** at the default learning rate: LoGRA and dense AdamW with the same control
-#   (LoGRA with `sketch=False`), for each δ, over seeds. How often does the control cut, and
-#   what does it cost or buy in KL to the reference and in held-out accuracy?
-# * **stress test** at a learning rate where dense AdamW's KL runs away: does the control
-#   prevent the runaway, for AdamW and for LoGRA, and does the naive random projection run away
-#   (the proxy analogue of claims C5 and C6)?
-# * **drift budget** (beyond the report): a per-step δ bounds each step, not the drift from the
-#   reference. A budget B on KL(π_θ ‖ π_ref) shrinks each step's budget to (√B − √K)² as the
-#   measured drift K nears B; it is compared with GRPO's β·KL penalty, fixed and steered by
-#   Ziegler et al.'s adaptive controller (as in TRL and verl).
+# * **frontier**: each method's runs without the control, one per lr, are its **lr cut**; each
+#   controlled run is set against the lr cut at the same KL (interpolated in log KL) and, by
+#   paired per-problem tests, against the lr-cut run nearest in KL and the uncontrolled run at
+#   its own lr;
+# * **stress** at the largest lr: does the naive projection run away (C5), does the control
+#   prevent a runaway (C6)?
+# * **drift budget** (beyond the report; the `full` and `small-batch` scales): a bound on
+#   KL(π_θ ‖ π_ref) against GRPO's β·KL penalty, fixed and adaptive;
+# * **cost**: seconds per step with and without the control.
 #
-# KL̂ comes from the default `kl_estimator="calibrated"` (the diagonal estimate refitted to nats
-# by an exact JVP probe every few steps; notebook 03 measures how well it predicts).
 # All logic lives in `logra.experiments.kl_control`.
 
 # %%
@@ -41,8 +42,8 @@
 import time
 
 from logra import paths
+from logra.experiments import grpo_runs, report
 from logra.experiments import kl_control as kc
-from logra.experiments import report
 from logra.experiments.jobs import worker_count
 
 # %% tags=["parameters"]
@@ -59,54 +60,63 @@ runs = kc.plan(cfg)
 example = kc.grpo_config(cfg, runs[0])
 print(f"scale {scale!r}: {len(runs)} runs of {cfg['steps']} steps on {example['model']} "
       f"({example['prompts_per_step']} prompts × {example['group_size']} samples per step), "
-      f"accuracy on {cfg['eval_prompts']:,} held-out problems, "
+      f"greedy pass@1 on {cfg['eval_prompts']:,} held-out problems, "
       f"{worker_count(cfg['workers'])} worker(s)")
+print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
-frame = kc.run(cfg)
+frame, problems = kc.run(cfg)
 print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")
 
 # %% [markdown]
-# ## 1 · The δ sweep: drift from the reference against accuracy
+# ## 1 · The frontier: held-out pass@1 against the drift from the reference
 #
-# Each point is one (optimizer, δ) at the seed mean, with bars over the seeds; "off" is the same
-# optimizer without the control. Right: the share of steps on which γ < 1.
+# Circles joined by a line: a method without the control, one run per lr (larger lr, more
+# drift). Other markers: the controlled runs, one marker per δ, each with an arrow from the
+# same lr without the control. A controlled point above its family's line keeps more pass@1 at
+# the same KL than the lr cut; below it, less.
 
 # %%
-report.show_figure(kc.plot_tradeoff(frame, cfg), "kl_control_tradeoff", figures_dir)
-report.show_table(kc.sweep_table(frame, cfg), "kl_control_sweep", figures_dir)
-
-# %%
-report.show_figure(kc.FIGURES["kl_control_sweep"](frame, cfg), "kl_control_sweep", figures_dir)
+report.show_figure(kc.plot_frontier(frame, problems, cfg), "kl_control_frontier", figures_dir)
+report.show_table(kc.frontier_table(frame, problems, cfg), "kl_control_frontier", figures_dir)
 
 # %% [markdown]
-# ## 2 · Stress: a learning rate at which the uncontrolled policy runs away
+# The lr-matched baseline, per controlled point and measure: the lr cut's pass@1 at the same
+# final KL ("NaN" where the KL lies outside the cut's range: no extrapolation), and paired
+# per-problem tests against the lr-cut run nearest in KL and the uncontrolled run at the same
+# lr (Holm's correction over the table; significant where p < `alpha`).
 
 # %%
-report.show_figure(kc.FIGURES["kl_control_stress"](frame, cfg), "kl_control_stress", figures_dir)
-report.show_table(kc.stress_table(frame, cfg), "kl_control_stress", figures_dir)
+report.show_table(kc.lr_matched_table(frame, problems, cfg), "kl_control_lr_matched",
+                  figures_dir)
+
+# %% [markdown]
+# ## 2 · Stress: the largest learning rate
+
+# %%
+report.show_figure(kc.plot_runs(frame, cfg), "kl_control_stress", figures_dir)
+report.show_table(kc.stress_table(frame, problems, cfg), "kl_control_stress", figures_dir)
 
 # %% [markdown]
 # ## 3 · A budget on the drift from the reference, against the soft controls
 #
 # LoGRA without a per-step δ in every run; only the control of the drift differs. The budget is
 # enforced on the KL measured on each step's sampled batch before the step (the largest of the
-# last few). A batch's KL is B fresh completions, so it spreads from batch to batch even while
-# the policy stands still; whether the budget holds is judged on the **drift probe**: the KL to
-# the reference on the same held-out completions' seeds every few steps (the dots), whose
-# changes are the policy's, not the draw's. "B on the probe" feeds the controller the probe
-# itself, plus the KL each step since applied (`kl_drift_source: probe`).
+# last few), or fed by the **drift probe** (the KL to the reference on the same held-out
+# completions' seeds every few steps, the dots: its changes are the policy's, not the draw's).
+# Not run at the default scale (`budget_runs` is empty there): `--scale full` runs it in this
+# regime, `--scale small-batch` in the earlier one.
 
 # %%
-report.show_figure(kc.plot_budget(frame, cfg), "kl_control_budget", figures_dir)
-report.show_table(kc.budget_table(frame, cfg), "kl_control_budget", figures_dir)
+if cfg["budget_runs"]:
+    report.show_figure(kc.plot_budget(frame, problems, cfg), "kl_control_budget", figures_dir)
+    report.show_table(kc.budget_table(frame, problems, cfg), "kl_control_budget", figures_dir)
 
 # %% [markdown]
 # ## 4 · What the control costs
 #
 # Seconds per GRPO step (sampling, update, measurements) of dense AdamW, LoGRA without control,
-# LoGRA with the default estimate (an exact JVP probe on every 4th sequence) and with the probe
-# on the whole batch, timed in turns in one process on one thread, at the batch of the runs
-# above and at experiments/grpo.yaml's 8 × 8.
+# LoGRA with the default estimate (an exact JVP probe every few steps) and with the probe on the
+# whole batch, timed in turns in one process on one thread at the runs' batch.
 
 # %%
 report.show_table(kc.control_cost(cfg), "kl_control_cost", figures_dir)
@@ -118,8 +128,8 @@ report.show_table(kc.control_cost(cfg), "kl_control_cost", figures_dir)
 # **C5** — a naive-projection seed runs away when its smoothed KL to the reference exceeds
 # `runaway_kl` within the claim's window, and counts only if uncontrolled dense AdamW has not run
 # away as early. **C6** — the control prevents a runaway when the uncontrolled run exceeds
-# `runaway_kl`, the controlled one never does, and its accuracy is no lower.
+# `runaway_kl`, the controlled one never does, and its greedy pass@1 is no lower.
 
 # %%
 print({k: cfg[k] for k in ("smooth_steps", "final_steps", "runaway_kl", "c5_window", "c6_factor")})
-report.show_claims(kc.claims(frame, cfg), "kl_control", figures_dir)
+report.show_claims(kc.claims(frame, problems, cfg), "kl_control", figures_dir)

@@ -39,8 +39,8 @@ def test_a_method_is_checked_when_it_is_written() -> None:
 
 
 def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypatch) -> None:
-    """One entry: the GRPO runs build its preset, the KL notebook plans its δ sweep, and the
-    comparison figure draws it in its colour."""
+    """One entry: the GRPO runs build its preset, the KL notebook plans its frontier point, and
+    the comparison figure draws it in its colour."""
     added = Method("logra-r4", "logra", "LoGRA rank 4", color="#123456", settings={"rank": 4})
     monkeypatch.setitem(METHODS, added.name, added)
 
@@ -50,10 +50,12 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
     assert (run["optimizer"], run["rank"], run["seed"]) == ("logra", 4, 1)
     assert run["predicted_kl_threshold"] == cfg["kl_budget"]  # controlled: the experiment's δ
 
-    kl_cfg = kl_control.config("smoke", sweep_methods=["logra-r4"])
-    sweep = [r for r in kl_control.plan(kl_cfg) if r.study == "sweep"]
-    assert {r.method for r in sweep} == {"logra-r4"}
-    assert kl_control.grpo_config(kl_cfg, sweep[0])["rank"] == 4
+    kl_cfg = kl_control.config("smoke", points=[["adamw", 1e-3], ["naive", 1e-3],
+                                                ["logra-r4", 1e-3, 1e-4]])
+    point = [r for r in kl_control.plan(kl_cfg) if r.method == "logra-r4"]
+    assert [(r.lr, r.delta) for r in point] == [(1e-3, 1e-4)]
+    run = kl_control.grpo_config(kl_cfg, point[0])
+    assert (run["rank"], run["predicted_kl_threshold"]) == (4, 1e-4)
 
     assert palette(["adamw", "logra-r4"]) == {"dense AdamW": "black", "LoGRA rank 4": "#123456"}
     runs = pd.DataFrame([

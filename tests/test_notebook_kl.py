@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from logra import notebooks
-from logra.experiments import grpo_runs, jobs
+from logra.experiments import comparison, grpo_runs, jobs, kl_control
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import VERDICTS
@@ -53,7 +53,7 @@ def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> Non
     # every (method, seed) run is cached under the results directory, with its manifest
     for method in cfg["methods"]:
         for seed in cfg["seeds"]:
-            config = grpo_runs.grpo_config(cfg | {"results_dir": str(results)}, method, seed)
+            config = kt.grpo_config(cfg | {"results_dir": str(results)}, method, seed)
             assert (grpo.run_dir(config) / "manifest.json").exists(), (method, seed)
     assert list((results / "calibration").glob("*.csv"))
 
@@ -83,20 +83,37 @@ def test_methods_map_to_the_intended_optimizer_settings() -> None:
         "logra-nokl": ("logra", None, "gain"), "naive": ("naive", 0.02, "gain"),
     }
     for method, (optimizer, threshold, reconstruction) in expected.items():
-        config = grpo_runs.grpo_config(cfg, method, 2)
+        config = kt.grpo_config(cfg, method, 2)
         assert (config["optimizer"], config["predicted_kl_threshold"],
                 config["reconstruction"]) == (optimizer, threshold, reconstruction), method
-        assert config["seed"] == 2 and config["steps"] == cfg["steps"]
-        assert config["model"] == "proxy-1m" and config["lr"] == cfg["lr"]
+        assert config["seed"] == 2 and config["steps"] == config["eval_every"] == cfg["steps"]
+        assert config["model"] == "proxy-1m"
+        assert config["lr"] == cfg["method_lr"].get(method, cfg["lr"]), method
+    assert kt.grpo_config(cfg, "naive", 0)["lr"] == 3e-4  # at LoGRA's lr, not dense AdamW's
     calibration = kt.calibration_config(cfg, 0)
     assert calibration["kl_estimator"] == "calibrated"
     assert calibration["predicted_kl_threshold"] == math.inf
+    # the calibration's own smaller batch
+    assert (calibration["prompts_per_step"], calibration["group_size"], calibration["lr"]) == (
+        2, 4, 1e-4)
+
+
+def test_default_runs_are_notebook_04s_and_high_lr_notebook_09s_stress_runs() -> None:
+    cfg, theirs = kt.config("default"), comparison.config("default")
+    for method, lr in (("adamw", 1e-4), ("logra", 3e-4)):
+        assert kt.grpo_config(cfg, method, 0) == comparison.grpo_config(theirs, "proxy-1m",
+                                                                       method, 0, lr)
+    high, stress = kt.config("high-lr"), kl_control.config("default")
+    runs = {r.method: r for r in kl_control.plan(stress)
+            if r.lr == stress["stress_lr"] and r.delta in (None, stress["kl_budget"])}
+    for method in high["methods"]:
+        assert kt.grpo_config(high, method, 0) == kl_control.grpo_config(stress, runs[method])
 
 
 def test_the_printed_command_computes_the_same_run() -> None:
     for scale in ("default", "smoke", "1.5b", "27b"):
         cfg = kt.config(scale)
-        config = grpo_runs.grpo_config(cfg, cfg["methods"][-1], 1)
+        config = kt.grpo_config(cfg, cfg["methods"][-1], 1)
         line = grpo_runs.command(config)
         assert line.startswith("logra-repro run experiments/grpo.yaml")
         words = line.split()[3:]
@@ -108,12 +125,12 @@ def test_the_printed_command_computes_the_same_run() -> None:
 
 
 def test_gpu_scales_take_grpo_settings_from_grpo_yaml() -> None:
-    config = grpo_runs.grpo_config(kt.config("1.5b"), "logra", 0)
+    config = kt.grpo_config(kt.config("1.5b"), "logra", 0)
     reference = grpo.resolve(scale="1.5b")
     for key in ("model", "lr", "prompts_per_step", "max_new_tokens", "dtype", "task"):
         assert config[key] == reference[key], key
     assert config["steps"] == 1100
-    gemma = grpo_runs.grpo_config(kt.config("27b"), "logra", 0)["model"]
+    gemma = kt.grpo_config(kt.config("27b"), "logra", 0)["model"]
     assert gemma == "google/gemma-3-27b-it"
     assert grpo_runs.is_real_scale(kt.config("7b"))
     assert not grpo_runs.is_real_scale(kt.config("default"))
@@ -126,6 +143,10 @@ def test_bad_configs_fail_before_any_compute() -> None:
         kt.config("huge")
     with pytest.raises(ValueError, match="unknown key"):
         kt.config("smoke", optimizer="adamw")
+    with pytest.raises(ValueError, match="method_lr names unknown methods \\['sgd'\\]"):
+        kt.config("smoke", method_lr={"sgd": 1e-3})
+    with pytest.raises(ValueError, match="method_lr must hold positive numbers"):
+        kt.config("smoke", method_lr={"adamw": -1.0})
 
 
 # ---------------------------------------------------------------- verdict rules

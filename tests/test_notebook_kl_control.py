@@ -1,114 +1,164 @@
-"""The KL-control notebook (09): its plan of runs, the GRPO configs they map to, the C5/C6 stress
-rules on hand-made runs, and the notebook at smoke scale."""
+"""The KL-control notebook (09): its plan of runs, the GRPO configs they map to (notebook 04's
+runs shared), the lr-matched baseline, the C5/C6 stress rules on hand-made runs, and the
+notebook at smoke scale."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from logra import notebooks
+from logra.experiments import comparison
 from logra.experiments import kl_control as kc
 from logra.experiments.report import VERDICTS
 from logra.rl import config as grpo
 from logra.rl import runner
 
 
-def test_plan_covers_the_sweep_the_stress_test_and_the_budget_study() -> None:
-    cfg = kc.config("default")
+def test_plan_covers_the_points_and_the_budget_study() -> None:
+    cfg = kc.config("full")
     runs = kc.plan(cfg)
-    sweep = [r for r in runs if r.study == "sweep"]
-    assert len(sweep) == len(cfg["sweep_methods"]) * len(cfg["deltas"]) * len(cfg["seeds"])
-    assert {r.delta for r in sweep} == set(cfg["deltas"]) and {r.lr for r in sweep} == {1e-4}
-    stress = [r for r in runs if r.study == "stress"]
-    assert {(r.method, r.delta) for r in stress} == {
-        ("adamw", None), ("adamw-kl", 3e-4), ("logra", None), ("logra", 3e-4), ("naive", None)}
-    assert {r.lr for r in stress} == {cfg["stress_lr"]}
+    frontier = [r for r in runs if r.study == "frontier"]
+    assert len(frontier) == len(cfg["points"]) * len(cfg["seeds"])
+    assert ("logra", 1e-3, 5e-3) in {(r.method, r.lr, r.delta) for r in frontier}
+    # a point without δ: the experiment's kl_budget for a controlled method, None otherwise
+    assert {r.delta for r in frontier if r.method == "adamw"} == {None}
     budget = [r for r in runs if r.study == "budget"]
     assert {r.setting for r in budget} == set(cfg["budget_runs"])
     assert len(budget) == len(cfg["budget_runs"]) * len(cfg["budget_seeds"])
+    assert not [r for r in kc.plan(kc.config("default")) if r.study == "budget"]
 
 
-def test_runs_map_to_their_grpo_settings() -> None:
-    cfg = kc.config("default")
-    runs = {(r.study, r.method, r.delta, r.setting, r.seed): r for r in kc.plan(cfg)}
-    controlled = kc.grpo_config(cfg, runs[("sweep", "adamw-kl", 1e-4, "", 2)])
+def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
+    cfg = kc.config("full")
+    runs = {(r.study, r.method, r.lr, r.delta, r.setting, r.seed): r for r in kc.plan(cfg)}
+    controlled = kc.grpo_config(cfg, runs[("frontier", "adamw-kl", 3e-4, 1e-3, "", 2)])
     assert (controlled["optimizer"], controlled["predicted_kl_threshold"], controlled["seed"],
-            controlled["lr"]) == ("adamw-kl", 1e-4, 2, 1e-4)
+            controlled["lr"]) == ("adamw-kl", 1e-3, 2, 3e-4)
     assert controlled["kl_estimator"] == "calibrated"  # the default: δ in nats
     assert controlled["eval_every"] == controlled["steps"] == cfg["steps"]
-    assert controlled["eval_prompts"] == 5000 and controlled["model"] == "proxy-1m"
-    free = kc.grpo_config(cfg, runs[("sweep", "logra", None, "", 0)])
-    assert free["predicted_kl_threshold"] is None
-    stress = kc.grpo_config(cfg, runs[("stress", "naive", None, "", 0)])
-    assert stress["lr"] == cfg["stress_lr"] and stress["optimizer"] == "naive"
-    budget = kc.grpo_config(cfg, runs[("budget", "logra", None, "drift budget B = 0.005", 1)])
-    assert budget["kl_drift_budget"] == 0.005 and budget["predicted_kl_threshold"] is None
-    assert budget["steps"] == cfg["budget_steps"]
-    adaptive = kc.grpo_config(cfg, runs[("budget", "logra", None, "adaptive β (target 0.005)",
-                                         0)])
-    assert (adaptive["beta"], adaptive["kl_target"]) == (0.1, 0.005)
-    # each run is its own cached directory
+    free = kc.grpo_config(cfg, runs[("frontier", "logra-nokl", 1e-3, None, "", 0)])
+    assert free["optimizer"] == "logra" and free["predicted_kl_threshold"] is None
+    budget = kc.grpo_config(cfg, runs[("budget", "logra-nokl", 3e-4, None,
+                                       "drift budget B = 0.02", 1)])
+    assert budget["kl_drift_budget"] == 0.02 and budget["predicted_kl_threshold"] is None
+    assert budget["steps"] == cfg["budget_steps"] and budget["drift_probe_every"] == 20
     dirs = {grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)}
-    assert len(dirs) == len(kc.plan(cfg))
+    assert len(dirs) == len(kc.plan(cfg))  # each run is its own cached directory
+    # the points with notebook 04's method, lr and seed are notebook 04's runs
+    default, theirs = kc.config("default"), comparison.config("default")
+    for method, lr in (("adamw", 1e-4), ("logra", 3e-4), ("logra", 1e-3)):
+        mine = kc.grpo_config(default, kc.Run("frontier", method, lr, 0.02
+                                              if method == "logra" else None, 0))
+        assert mine == comparison.grpo_config(theirs, "proxy-1m", method, 0, lr)
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (dict(sweep_methods=["adamw"]), "no KL control"),
-    (dict(stress_methods=["sgd"]), "unknown methods"),
-    (dict(deltas=[0.0]), "deltas"),
-    (dict(budget_method="naive"), "budget_method"),
+@pytest.mark.parametrize(("points", "message"), [
+    ([["sgd", 1e-3]], "unknown method 'sgd'"),
+    ([["adamw", 1e-3, 1e-4]], "no KL control"),
+    ([["logra", 0.0]], "positive"),
+    ([["logra", 1e-3, -1.0]], "δ must be a positive"),
+    ([["adamw", 1e-3], ["adamw", 1e-3]], "twice"),
+    ([["adamw", 1e-3]], "adamw and naive at stress_lr"),
+    (["adamw"], "is not \\[method, lr\\]"),
 ])
-def test_bad_configs_fail_before_any_run(overrides, message) -> None:
+def test_bad_points_fail_before_any_run(points, message) -> None:
     with pytest.raises(ValueError, match=message):
-        kc.config("default", **overrides)
+        kc.config("default", points=points)
 
 
-def _stress(peaks: dict[tuple[str, float | None], list[float]], accuracy: float = 0.36
-            ) -> pd.DataFrame:
-    """Hand-made stress runs: {(method, δ): [KL reached at the last of 20 steps, per seed]},
-    KL rising linearly from 0."""
-    rows = []
-    for (method, delta), ends in peaks.items():
-        for seed, end in enumerate(ends):
-            base = dict(study="stress", method=method, lr=1e-3, seed=seed, setting="",
-                        delta=math.nan if delta is None else delta)
-            rows.append(dict(base, step=0, eval_accuracy=0.36))
-            for step in range(1, 21):
-                rows.append(dict(base, step=step, kl=end * step / 20, step_kl=1e-4,
-                                 reward=0.3, clipped=delta is not None, gamma=0.5, beta=0.0,
-                                 seconds=0.5, eval_accuracy=accuracy if step == 20 else math.nan))
-    columns = ["study", "method", "delta", "lr", "seed", "setting", *runner.COLUMNS]
-    return pd.DataFrame(rows).reindex(columns=columns)
+def test_bad_budget_method_fails() -> None:
+    with pytest.raises(ValueError, match="budget_method"):
+        kc.config("full", budget_method="naive")
 
 
-def _cfg() -> dict:
-    return kc.config("default", smooth_steps=1, final_steps=2, c5_window=[10, 20])
+def _cut(kls: list[float], values: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"lr": np.arange(len(kls)), "final_kl": kls, "greedy": values})
+
+
+def test_lr_matched_interpolates_in_log_kl_and_never_extrapolates() -> None:
+    cut = _cut([0.001, 0.1], [0.40, 0.30])
+    assert kc.lr_matched(cut, 0.01, "greedy") == pytest.approx(0.35)  # halfway in log KL
+    assert kc.lr_matched(cut, 0.001, "greedy") == pytest.approx(0.40)
+    assert math.isnan(kc.lr_matched(cut, 0.2, "greedy"))
+    assert math.isnan(kc.lr_matched(cut, 0.0005, "greedy"))
+    assert math.isnan(kc.lr_matched(_cut([0.01], [0.4]), 0.01, "greedy"))  # one point: no line
+
+
+def _runs(spec: dict[tuple[str, float, float | None], tuple[float, list[float]]],
+          steps: int = 20) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Hand-made frontier runs, one seed each: {(method, lr, δ): (KL reached at the last step,
+    per-problem greedy outcomes)}, KL rising linearly from 0; the policy before RL solves the
+    first half of the problems."""
+    rows, problems = [], []
+    n = len(next(iter(spec.values()))[1])
+    for (method, lr, delta), (end, outcomes) in spec.items():
+        base = dict(study="frontier", method=method, lr=lr, seed=0, setting="",
+                    delta=math.nan if delta is None else delta)
+        for step in range(1, steps + 1):
+            rows.append(dict(base, step=step, kl=end * step / steps, step_kl=1e-4, reward=0.3,
+                             clipped=delta is not None, gamma=0.5, beta=0.0, seconds=0.5))
+        problems += [dict(base, problem=i, greedy=o, sampled=np.nan)
+                     for i, o in enumerate(outcomes)]
+    problems += [dict(study="", method=kc.BASE, lr=math.nan, seed=0, setting="", delta=math.nan,
+                      problem=i, greedy=float(i < n // 2), sampled=np.nan) for i in range(n)]
+    columns = [*kc.KEYS, *runner.COLUMNS]
+    return pd.DataFrame(rows).reindex(columns=columns), pd.DataFrame(problems)
+
+
+def _cfg(**overrides) -> dict:
+    return kc.config("default", smooth_steps=1, final_steps=2, c5_window=[10, 20], **overrides)
+
+
+def test_lr_matched_table_sets_the_control_against_the_lr_cut() -> None:
+    n = 400
+    solved = lambda k: [1.0] * k + [0.0] * (n - k)  # noqa: E731
+    frame, problems = _runs({("logra-nokl", 1e-4, None): (0.001, solved(160)),
+                             ("logra-nokl", 1e-3, None): (0.1, solved(120)),
+                             ("logra", 1e-3, 0.02): (0.01, solved(200))})
+    table = kc.lr_matched_table(frame, problems, _cfg())
+    row = table.iloc[0]
+    assert row["final KL"] == pytest.approx(0.01 * 19.5 / 20)  # mean of the last 2 steps
+    assert row["pass@1 (%)"] == pytest.approx(50.0)
+    assert row["lr cut at this KL (%)"] == pytest.approx(35.0, abs=0.3)  # between 40 and 30
+    assert row["control − lr cut (pts)"] == pytest.approx(15.0, abs=0.3)
+    assert row["nearest lr cut: lr"] in (1e-4, 1e-3)
+    assert row["Δ vs no control at this lr (pts)"] == pytest.approx(20.0)
+    assert row["Δ vs no control, p (Holm)"] < 1e-6  # 80 problems gained, none lost
 
 
 def test_c5_stress_rule() -> None:
-    runaway = _stress({("adamw", None): [0.05, 0.06], ("naive", None): [0.5, 0.8]})
-    assert kc.c5_stress_claim(runaway, _cfg()).verdict == "reproduced"
-    some = _stress({("adamw", None): [0.05], ("naive", None): [0.5, 0.01]})
-    assert kc.c5_stress_claim(some, _cfg()).verdict == "partly"
-    calm = _stress({("adamw", None): [0.05], ("naive", None): [0.01, 0.02]})
-    assert kc.c5_stress_claim(calm, _cfg()).verdict == "not reproduced"
+    n = 10
+    runaway, problems = _runs({("adamw", 1e-3, None): (0.05, [0.0] * n),
+                               ("naive", 1e-3, None): (0.5, [0.0] * n)})
+    assert kc.c5_stress_claim(runaway, problems, _cfg()).verdict == "reproduced"
+    calm, problems = _runs({("adamw", 1e-3, None): (0.05, [0.0] * n),
+                            ("naive", 1e-3, None): (0.02, [0.0] * n)})
+    assert kc.c5_stress_claim(calm, problems, _cfg()).verdict == "not reproduced"
     # dense AdamW runs away as early: the learning rate's doing, not the compression's
-    both = _stress({("adamw", None): [0.9], ("naive", None): [0.5]})
-    row = kc.c5_stress_claim(both, _cfg())
+    both, problems = _runs({("adamw", 1e-3, None): (0.9, [0.0] * n),
+                            ("naive", 1e-3, None): (0.5, [0.0] * n)})
+    row = kc.c5_stress_claim(both, problems, _cfg())
     assert row.verdict == "not reproduced" and "dense AdamW from step" in row.reproduced
 
 
 def test_c6_stress_rule() -> None:
-    prevented = _stress({("adamw", None): [0.5], ("adamw-kl", 3e-4): [0.05],
-                         ("logra", None): [0.4], ("logra", 3e-4): [0.02]})
-    row = kc.c6_stress_claim(prevented, _cfg())
+    n = 10
+    prevented, problems = _runs({("adamw", 1e-3, None): (0.5, [0.0] * n),
+                                 ("adamw-kl", 1e-3, 3e-4): (0.05, [1.0] * n),
+                                 ("logra-nokl", 1e-3, None): (0.4, [0.0] * n),
+                                 ("logra", 1e-3, 3e-4): (0.02, [0.0] * n)})
+    row = kc.c6_stress_claim(prevented, problems, _cfg())
     assert row.verdict == "reproduced" and row.verdict in VERDICTS, row.reproduced
-    reduced = _stress({("adamw", None): [0.9], ("adamw-kl", 3e-4): [0.3]})
-    assert kc.c6_stress_claim(reduced, _cfg()).verdict == "partly"
-    nothing = _stress({("logra", None): [0.01], ("logra", 3e-4): [0.005]})
-    row = kc.c6_stress_claim(nothing, _cfg())
+    reduced, problems = _runs({("adamw", 1e-3, None): (0.9, [1.0] * n),
+                               ("adamw-kl", 1e-3, 3e-4): (0.3, [0.0] * n)})
+    assert kc.c6_stress_claim(reduced, problems, _cfg()).verdict == "partly"
+    nothing, problems = _runs({("logra-nokl", 1e-3, None): (0.01, [0.0] * n),
+                               ("logra", 1e-3, 3e-4): (0.005, [0.0] * n)})
+    row = kc.c6_stress_claim(nothing, problems, _cfg())
     assert row.verdict == "not reproduced" and "no runaway" in row.reproduced
 
 
@@ -127,9 +177,16 @@ def test_notebook_writes_its_figures_tables_and_claims(executed, assert_figure) 
         for suffix in (".png", ".pdf"):
             assert_figure(out / f"{name}{suffix}")
     cfg = kc.config("smoke")
-    sweep = pd.read_csv(out / "kl_control_sweep.csv")
-    assert len(sweep) == len(cfg["sweep_methods"]) * len(cfg["deltas"])
-    assert (sweep["seeds"] == len(cfg["seeds"])).all()
+    frontier = pd.read_csv(out / "kl_control_frontier.csv")
+    assert len(frontier) == len(cfg["points"])
+    assert (frontier["seeds"] == len(cfg["seeds"])).all()
+    assert {"greedy pass@1 (%)", "sampled pass@1 (%)"} <= set(frontier.columns)
+    matched = pd.read_csv(out / "kl_control_lr_matched.csv")
+    controlled = [p for p in cfg["points"] if len(p) == 3]
+    assert len(matched) == 2 * len(controlled)  # greedy and sampled per controlled point
+    assert matched["Δ vs nearest, p (Holm)"].between(0, 1).all()
+    stress = pd.read_csv(out / "kl_control_stress.csv")
+    assert len(stress) == sum(p[1] == cfg["stress_lr"] for p in cfg["points"])
     budget = pd.read_csv(out / "kl_control_budget.csv")
     assert list(budget["setting"]) == list(cfg["budget_runs"])
     cost = pd.read_csv(out / "kl_control_cost.csv")

@@ -50,7 +50,7 @@ from logra.config import load_config
 from logra.data import get_task
 from logra.experiments import grpo_runs
 from logra.experiments.jobs import run_jobs
-from logra.experiments.plots import line_with_band
+from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
 from logra.methods import METHODS, palette
 from logra.models import SCALES
@@ -673,7 +673,6 @@ def plot_cost(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
 
 
 SMOOTH_STEPS = 10  # rolling mean of the training reward in `plot_training`
-KL_FLOOR = 1e-8  # KL values below this (0 at the smoke scale) are drawn at it on the log axis
 
 
 def plot_training(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:

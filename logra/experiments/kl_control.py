@@ -1,27 +1,35 @@
-"""The predicted-KL step control where it acts: a δ sweep and a learning-rate stress test of GRPO
-on a proxy policy (notebooks/09_kl_control; claims C5 and C6 at proxy scale).
+"""The predicted-KL step control where GRPO learns: what it buys against the plain learning-rate
+cut, a stress test, and what it costs (notebooks/09_kl_control; claims C5 and C6 at proxy scale).
 
-At the proxy scale a GRPO step moves the policy by 10⁻⁴–10⁻³ nats per token, so the report's
-δ = 0.02 never binds (notebook 03). Here δ is chosen where it does:
+LoGRA scales each step by γ = min(1, √(δ / KL̂)), KL̂ the predicted KL(π_before ‖ π_after) of the
+step in nats per token. Its value is judged as the RLHF literature draws it (Gao et al. 2022;
+Rafailov et al. 2023, Fig. 2): held-out reward against the final KL(π_θ ‖ π_ref), one point per
+run, and against the obvious alternative, a smaller learning rate:
 
-- **sweep**: at the default learning rate, LoGRA (gain) and dense AdamW with the same control
-  (`adamw-kl`: LoGRA with `sketch=False`, AdamW's exact update) for each δ of `deltas` (null:
-  no control), over `seeds`. Reported: the share of steps the control cut (γ < 1), KL(π_θ ‖ π_ref)
-  over time and at the end, the training reward, and held-out greedy accuracy on `eval_prompts`
-  problems after the last step; drawn as a trade-off of final KL against accuracy.
-- **stress**: at `stress_lr`, where dense AdamW's KL runs away with these batches, each method of
-  `stress_methods` (dense AdamW and LoGRA without control, both with the control at
-  `stress_delta`, and the naive random projection). Does the control prevent the runaway, and
-  does the naive projection run away (the proxy analogue of C5/C6)?
+- **frontier**: the runs of `points`, each a (method, lr, δ). A method's runs without the control
+  (δ null; for `adamw-kl` its free twin `adamw`) are its **lr cut**: the plain way to drift less.
+  Each controlled run is compared with the lr cut at the same final KL (`lr_matched`: the lr
+  cut's held-out pass@1 interpolated linearly in log KL between the two lr-cut runs around it)
+  and, by paired per-problem tests, with the lr-cut run nearest in final KL and with the
+  uncontrolled run at its own lr (`frontier_table`, Holm's correction over the table).
+- **stress**: the runs of `points` at `stress_lr`, where uncontrolled steps are largest: does the
+  naive projection run away (C5), does the control prevent a runaway (C6)?
+- **budget** (beyond the report; where `budget_runs` is set): a bound B on the drift
+  KL(π_θ ‖ π_ref) against GRPO's β·KL penalty, fixed and adaptive (Ziegler et al. 2019).
+- **cost**: seconds per GRPO step with and without the control (`control_cost`).
 
-Every run is a `logra.rl` GRPO run of experiments/grpo.yaml at `grpo_scale` with the GRPO keys of
-experiments/kl_control.yaml on top (same prompts, samples and evaluation problems per seed),
-cached by config under <results_dir>/runs/ and resumed. The control uses the default KL
-estimate (`kl_estimator="calibrated"`: the diagonal estimate in nats, refitted from an exact JVP
-probe every few steps), so δ is a per-token KL per step.
+Every run is a `logra.rl` GRPO run built by `grpo_runs.grpo_config` (experiments/grpo.yaml at
+`grpo_scale`, the GRPO keys of experiments/kl_control.yaml, the method's preset, lr, δ as the
+`kl_budget` of a controllable method, seed), so a run with notebook 04's settings is notebook
+04's run, read from the cache. Each run evaluates its policy before and after training: greedy
+pass@1 on `eval_prompts` held-out problems and sampled pass@1 (`eval_samples` at temperature 1)
+on the first `eval_sampled_prompts`, problem by problem. The control uses the default KL estimate
+(`kl_estimator="calibrated"`), so δ is a per-token KL per step.
 
-`run(cfg)` returns one tidy frame: study, method, delta (NaN: no control), lr, seed, setting
-(a budget run's name), then the runner's records (`logra.rl.COLUMNS`).
+`run(cfg)` returns two tidy frames: `frame`, one row per step record (study, method, delta (NaN:
+no control), lr, seed, setting (a budget run's name), then `logra.rl.COLUMNS`), and `problems`,
+one row per (run, problem) of the final evaluation (study, method, delta, lr, seed, setting,
+problem, greedy, sampled), with the policy before RL as method "base".
 """
 
 from __future__ import annotations
@@ -36,30 +44,35 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 
 from logra.config import load_config
-from logra.experiments.grpo_runs import grpo_job, prepare_inputs
+from logra.experiments import grpo_runs
+from logra.experiments.comparison import paired
 from logra.experiments.jobs import run_jobs
-from logra.experiments.plots import line_with_band
+from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
 from logra.methods import METHODS
 from logra.rl import config as grpo
 from logra.rl import runner
+from logra.stats import holm
 
 EXPERIMENT = "kl_control"
 NOTEBOOK = "09_kl_control"
-GRPO_KEYS = ("model", "task", "rank", "prompts_per_step", "group_size", "max_new_tokens",
-             "eval_prompts", "eval_batch_size", "results_dir")
-FLOOR = 1e-8  # KL values below this are drawn at FLOOR on log axes
+BASE = "base"  # the policy before RL, in `problems`
+MEASURES = ("greedy", "sampled")
+# a controlled method's twin without the control: its lr cut
+FREE = {"adamw-kl": "adamw", "logra": "logra-nokl"}
+DELTA_MARKERS = ("^", "s", "D", "v", "P", "X")  # one per δ, in the order of `points`
 
 
 @dataclass(frozen=True)
 class Run:
-    """One GRPO run of the experiment; delta None: no per-step control. A budget run also has
-    a `setting` (its name in `budget_runs`) and the GRPO keys it sets."""
+    """One GRPO run of the experiment: `method` (of `logra.methods`) at `lr`, with δ = `delta`
+    for a controlled method (None otherwise). A budget run also has a `setting` (its name in
+    `budget_runs`) and the GRPO keys it sets."""
 
-    study: str
+    study: str  # "frontier" or "budget"
     method: str
-    delta: float | None
     lr: float
+    delta: float | None
     seed: int
     setting: str = ""
     keys: tuple[tuple[str, Any], ...] = ()
@@ -68,86 +81,126 @@ class Run:
     def label(self) -> str:
         if self.setting:
             return self.setting
-        control = "no control" if self.delta is None else f"δ = {self.delta:g}"
-        return f"{METHODS[self.method].short}, {control}"
+        short = METHODS[self.method].short
+        return short if self.delta is None else f"{short} + control, δ = {self.delta:g}"
+
+
+def family(method: str) -> str:
+    """The method whose uncontrolled runs are `method`'s lr cut (itself if it has no control)."""
+    return FREE.get(method, method)
+
+
+def _points(cfg: dict[str, Any]) -> list[tuple[str, float, float | None]]:
+    """`points` as (method, lr, δ): δ is the entry's third value, else `kl_budget`, for a
+    controlled method, and None for the others. ValueError naming a bad entry."""
+    points = []
+    for entry in cfg["points"]:
+        if not isinstance(entry, list | tuple) or len(entry) not in (2, 3):
+            raise ValueError(f"points: {entry!r} is not [method, lr] or [method, lr, δ]")
+        method, lr, *delta = entry
+        if method not in METHODS:
+            raise ValueError(f"points: unknown method {method!r}; valid: {list(METHODS)}")
+        if not isinstance(lr, int | float) or not lr > 0:
+            raise ValueError(f"points: {entry!r}: the lr must be a positive number")
+        controlled = METHODS[method].controlled
+        if delta and not controlled:
+            raise ValueError(f"points: {entry!r}: {method!r} has no KL control to give a δ")
+        value = (delta[0] if delta else cfg["kl_budget"]) if controlled else None
+        if controlled and not (isinstance(value, int | float) and value > 0):
+            raise ValueError(f"points: {entry!r}: δ must be a positive number")
+        points.append((method, float(lr), value))
+    if len(set(points)) < len(points):
+        raise ValueError("points: an entry is given twice")
+    return points
 
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     """experiments/kl_control.yaml at `scale`, with the `overrides` that are not None on top
     (a notebook's parameters pass None for "the scale's value"), checked."""
     cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
-    for key in ("sweep_methods", "stress_methods"):
-        unknown = sorted({m for m, _ in _pairs(cfg[key])} - set(METHODS))
-        if unknown:
-            raise ValueError(f"{key}: unknown methods {unknown}; valid: {list(METHODS)}")
-    for method in cfg["sweep_methods"]:
-        if not METHODS[method].controllable:
-            raise ValueError(f"sweep_methods: {method!r} has no KL control to sweep")
-    if cfg["budget_method"] not in METHODS or not METHODS[cfg["budget_method"]].controllable:
+    points = _points(cfg)
+    if not points:
+        raise ValueError("points must be non-empty")
+    stress = {m for m, lr, _ in points if lr == cfg["stress_lr"]}
+    if not {"adamw", "naive"} <= stress:
+        raise ValueError(f"points must hold adamw and naive at stress_lr {cfg['stress_lr']:g} "
+                         f"(the C5 stress test); they hold {sorted(stress)}")
+    if cfg["budget_runs"] and not (cfg["budget_method"] in METHODS
+                                   and METHODS[cfg["budget_method"]].controllable):
         raise ValueError(f"budget_method must be one of "
                          f"{[m for m, spec in METHODS.items() if spec.controllable]}, "
                          f"got {cfg['budget_method']!r}")
-    if any(d is not None and not d > 0 for d in cfg["deltas"]):
-        raise ValueError(f"deltas must be positive or null, got {cfg['deltas']}")
-    if not cfg["seeds"] or cfg["steps"] < 1:
-        raise ValueError("seeds must be non-empty and steps >= 1")
+    if not cfg["seeds"] or cfg["steps"] < 1 or cfg["workers"] < 0:
+        raise ValueError("seeds must be non-empty, steps >= 1 and workers >= 0")
+    if not 0 < cfg["alpha"] < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
     return cfg
 
 
-def _pairs(entries: list[Any]) -> list[tuple[str, float | None]]:
-    """Stress entries as (method, δ): "name" (no control) or {"name": δ}."""
-    pairs = []
-    for entry in entries:
-        if isinstance(entry, dict):
-            pairs.extend(entry.items())
-        else:
-            pairs.append((entry, None))
-    return pairs
-
-
 def plan(cfg: dict[str, Any]) -> list[Run]:
-    """Every run of the sweep and the stress test."""
-    runs = [Run("sweep", method, delta, cfg["lr"], seed)
-            for method in cfg["sweep_methods"] for delta in cfg["deltas"]
-            for seed in cfg["seeds"]]
-    runs += [Run("stress", method, delta, cfg["stress_lr"], seed)
-             for method, delta in _pairs(cfg["stress_methods"]) for seed in cfg["stress_seeds"]]
-    runs += [Run("budget", cfg["budget_method"], None, cfg["lr"], seed, setting,
+    """Every run: the points at every seed, then the budget study's."""
+    runs = [Run("frontier", method, lr, delta, seed)
+            for method, lr, delta in _points(cfg) for seed in cfg["seeds"]]
+    runs += [Run("budget", cfg["budget_method"], cfg["budget_lr"], None, seed, setting,
                  tuple(sorted((keys or {}).items())))
              for setting, keys in cfg["budget_runs"].items() for seed in cfg["budget_seeds"]]
     return runs
 
 
 def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
-    """The resolved `logra.rl` config of one run."""
-    overrides = {k: cfg[k] for k in GRPO_KEYS if cfg.get(k) is not None}
+    """The resolved `logra.rl` config of one run: `grpo_runs.grpo_config` with the run's δ as
+    the experiment's `kl_budget`, evaluated before and after training."""
     steps = cfg["budget_steps"] if run.study == "budget" else cfg["steps"]
-    method = METHODS[run.method]
-    overrides.update(optimizer=method.optimizer, lr=run.lr, seed=run.seed, steps=steps,
-                     eval_every=steps, predicted_kl_threshold=run.delta, **method.settings)
+    values: dict[str, Any] = dict(lr=run.lr, eval_every=steps, **dict(run.keys))
     if run.study == "budget":  # the budget is judged on the probe, not the noisy batch KL
-        overrides.update(drift_probe_every=cfg["budget_probe_every"],
-                         drift_probe_prompts=cfg["budget_probe_prompts"])
-    overrides.update(run.keys)
-    return grpo.resolve(scale=cfg["grpo_scale"], **overrides)
+        values.update(drift_probe_every=cfg["budget_probe_every"],
+                      drift_probe_prompts=cfg["budget_probe_prompts"])
+    budget = cfg["kl_budget"] if run.delta is None else run.delta
+    return grpo_runs.grpo_config({**cfg, "steps": steps, "kl_budget": budget}, run.method,
+                                 run.seed, **values)
 
 
-def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
-    """Every run of `plan(cfg)` (cached runs are read back), as one tidy frame."""
+def _job(config: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One GRPO run (or its cached records) and its per-problem evaluations."""
+    records = grpo_runs.grpo_job(config)
+    return records, pd.read_csv(grpo.run_dir(config) / runner.PROBLEMS_FILE)
+
+
+KEYS = ["study", "method", "delta", "lr", "seed", "setting"]
+
+
+def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every run of `plan(cfg)` (cached runs are read back): the `frame` and `problems` frames
+    of the module docstring."""
     runs = plan(cfg)
     configs = [grpo_config(cfg, r) for r in runs]
-    prepare_inputs(cfg, [configs[0]["model"]], [configs[0]["task"]])
-    order = sorted(range(len(runs)), key=lambda i: runs[i].delta is None)  # controlled first
-    results = run_jobs([(grpo_job, (configs[i],)) for i in order], cfg["workers"], EXPERIMENT,
+    grpo_runs.prepare_inputs(cfg, [configs[0]["model"]], [configs[0]["task"]])
+    order = sorted(range(len(runs)),  # the longest first
+                   key=lambda i: -METHODS[runs[i].method].cost * configs[i]["steps"])
+    results = run_jobs([(_job, (configs[i],)) for i in order], cfg["workers"], EXPERIMENT,
                        progress)
-    frames = [None] * len(runs)
-    for i, records in zip(order, results, strict=True):
+    frames, problems = [], []
+    for i, (records, evaluated) in zip(order, results, strict=True):
         r = runs[i]
-        frames[i] = records.assign(study=r.study, method=r.method, lr=r.lr, seed=r.seed,
-                                   delta=math.nan if r.delta is None else r.delta,
-                                   setting=r.setting)
-    frame = pd.concat(frames, ignore_index=True)
-    return frame[["study", "method", "delta", "lr", "seed", "setting", *runner.COLUMNS]]
+        keys = dict(study=r.study, method=r.method, lr=r.lr, seed=r.seed, setting=r.setting,
+                    delta=math.nan if r.delta is None else r.delta)
+        frames.append(records.assign(**keys))
+        final = evaluated[evaluated["step"] == evaluated["step"].max()]
+        problems.append(final.assign(**keys))
+        problems.append(evaluated[evaluated["step"] == 0].assign(**{**keys, "method": BASE}))
+    frame = pd.concat(frames, ignore_index=True)[[*KEYS, *runner.COLUMNS]]
+    problems = pd.concat(problems, ignore_index=True).drop(columns="step")
+    base = problems["method"] == BASE  # the policy before RL: one copy per seed
+    problems = pd.concat([problems[~base], problems[base].drop_duplicates(["seed", "problem"])
+                          .assign(study="", lr=math.nan, delta=math.nan, setting="")],
+                         ignore_index=True)
+    return frame, problems[[*KEYS, "problem", *MEASURES]]
+
+
+def measured(problems: pd.DataFrame) -> list[str]:
+    """The measures of `MEASURES` the runs evaluated (sampled pass@1 only where `eval_samples`
+    is set; not at the GPU scales)."""
+    return [m for m in MEASURES if problems[m].notna().any()]
 
 
 # ---------------------------------------------------------------- cost of the control
@@ -178,7 +231,7 @@ def control_cost(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
         trainers = {}
         for name, keys in COST_SETTINGS.items():
             config = grpo.resolve(scale=cfg["grpo_scale"], model=cfg["model"], task=cfg["task"],
-                                  lr=cfg["lr"], rank=cfg["rank"], prompts_per_step=prompts,
+                                  lr=cfg["cost_lr"], rank=cfg["rank"], prompts_per_step=prompts,
                                   group_size=samples, max_new_tokens=cfg["max_new_tokens"],
                                   results_dir=cfg["results_dir"], eval_prompts=8, **keys)
             trainers[name] = runner.Trainer(config, progress=False)
@@ -211,20 +264,22 @@ def _runs(frame: pd.DataFrame, study: str) -> pd.DataFrame:
     return frame[frame["study"] == study]
 
 
-def _per_run(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """One row per run: final KL (mean of the last `final_steps` steps), peak KL (rolling mean
-    over `smooth_steps`), share of clipped steps, median γ, reward over the last `final_steps`,
-    held-out accuracy after the last step and at step 0."""
+def per_run(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """One row per run: final KL to the reference (mean of the last `final_steps` steps), peak
+    KL (rolling mean over `smooth_steps`), the first step above `runaway_kl`, share of clipped
+    steps, median γ and step KL, reward over the last `final_steps`, the final β, held-out
+    greedy and sampled pass@1 (0–1) after the last step and before RL, median s/step."""
     rows = []
-    keys = ["study", "method", "delta", "lr", "seed", "setting"]
-    for key, r in frame.groupby(keys, dropna=False, sort=False):
+    for key, r in frame.groupby(KEYS, dropna=False, sort=False):
         r = r.sort_values("step")
         train = r[r["step"] >= 1]
         smooth = train["kl"].rolling(cfg["smooth_steps"], min_periods=1).mean()
         above = train["step"][smooth.to_numpy() > cfg["runaway_kl"]]
-        evals = r[r["eval_accuracy"].notna()]
+        keys = dict(zip(KEYS, key, strict=True))
+        evaluated = problems[_match(problems, keys)]
+        before = problems[(problems["method"] == BASE) & (problems["seed"] == keys["seed"])]
         rows.append(dict(
-            zip(keys, key, strict=True),
+            keys,
             final_kl=train["kl"].tail(cfg["final_steps"]).mean(),
             peak_kl=float(smooth.max()),
             first_runaway_step=int(above.iloc[0]) if len(above) else math.nan,
@@ -233,65 +288,134 @@ def _per_run(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
             median_step_kl=train["step_kl"].median(),
             reward=train["reward"].tail(cfg["final_steps"]).mean(),
             final_beta=float(train["beta"].iloc[-1]),
-            accuracy_start=float(evals["eval_accuracy"].iloc[0]),
-            accuracy=float(evals["eval_accuracy"].iloc[-1]),
+            **{m: evaluated[m].mean() for m in MEASURES},
+            **{f"{m}_before": before[m].mean() for m in MEASURES},
             seconds=train["seconds"].median(),
         ))
     return pd.DataFrame(rows)
+
+
+def _match(problems: pd.DataFrame, keys: dict[str, Any]) -> pd.Series:
+    """The rows of `problems` of the run `keys` (NaN δ matches NaN)."""
+    match = pd.Series(True, index=problems.index)
+    for k, v in keys.items():
+        column = problems[k]
+        match &= column.isna() if isinstance(v, float) and math.isnan(v) else column == v
+    return match
 
 
 def _delta_text(delta: float) -> str:
     return "off" if math.isnan(delta) else f"{delta:g}"
 
 
-def _summarize(per_run: pd.DataFrame) -> pd.DataFrame:
+def _point_groups(runs: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
+    return runs.groupby(["method", "lr", "delta"], dropna=False, sort=False)
+
+
+def frontier_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                   ) -> pd.DataFrame:
+    """One row per point (method, lr, δ): seeds, steps the control cut, median step KL, final
+    and peak KL to the reference, held-out pass@1 (%, seed mean) and its gain over the policy
+    before RL (points), reward of the last steps, s/step."""
+    runs = per_run(_runs(frame, "frontier"), problems, cfg)
     rows = []
-    for (method, delta), r in per_run.groupby(["method", "delta"], dropna=False, sort=False):
+    for (method, lr, delta), r in _point_groups(runs):
         rows.append({
-            "method": METHODS[method].short,
-            "δ (nats/token/step)": _delta_text(delta), "seeds": len(r),
-            "steps clipped (%)": r["clipped"].mean(), "median γ": r["median_gamma"].median(),
+            "method": METHODS[method].short, "lr": lr, "δ": _delta_text(delta),
+            "seeds": len(r), "steps clipped (%)": r["clipped"].mean(),
             "median step KL": r["median_step_kl"].median(),
-            "final KL to ref, mean": r["final_kl"].mean(),
-            "final KL, seed min": r["final_kl"].min(), "final KL, seed max": r["final_kl"].max(),
-            "peak KL, max": r["peak_kl"].max(),
-            "reward (last steps)": r["reward"].mean(),
-            "accuracy %, mean": 100 * r["accuracy"].mean(),
-            "accuracy %, seed min": 100 * r["accuracy"].min(),
-            "accuracy %, seed max": 100 * r["accuracy"].max(),
-            "gain over start (points)": 100 * (r["accuracy"] - r["accuracy_start"]).mean(),
-            "s/step (median)": r["seconds"].median(),
-        })
+            "final KL to ref": r["final_kl"].mean(), "peak KL": r["peak_kl"].max(),
+            **{f"{m} pass@1 (%)": 100 * r[m].mean() for m in measured(problems)},
+            **{f"{m} gain (pts)": 100 * (r[m] - r[f"{m}_before"]).mean()
+               for m in measured(problems)},
+            "reward (last steps)": r["reward"].mean(), "s/step": r["seconds"].median()})
     return pd.DataFrame(rows)
 
 
-def sweep_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """Per (method, δ) of the sweep: how often the control cut, where KL and accuracy ended
-    (seed mean and range), and the step time."""
-    return _summarize(_per_run(_runs(frame, "sweep"), cfg))
+def lr_cut(runs: pd.DataFrame, method: str) -> pd.DataFrame:
+    """The lr cut of `method`'s family: its family's uncontrolled points (seed means of
+    `per_run` rows), ordered by final KL."""
+    free = runs[(runs["method"] == family(method)) & runs["delta"].isna()]
+    return (free.groupby("lr")[["final_kl", *MEASURES]].mean().sort_values("final_kl")
+            .reset_index())
 
 
-def stress_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """Per method of the stress test: as `sweep_table`, plus the first step whose smoothed KL
-    to the reference exceeds `runaway_kl`."""
-    per_run = _per_run(_runs(frame, "stress"), cfg)
-    table = _summarize(per_run)
-    first = per_run.groupby(["method", "delta"], dropna=False, sort=False)["first_runaway_step"]
-    table.insert(len(table.columns) - 1, f"first step with KL > {cfg['runaway_kl']:g}",
-                 [_steps_text(s) for _, s in first])
+def lr_matched(cut: pd.DataFrame, kl: float, measure: str) -> float:
+    """The lr cut's `measure` at final KL `kl`: linear in log KL between the two lr-cut points
+    around it; NaN outside the cut's range (no extrapolation)."""
+    kls = np.log(cut["final_kl"].clip(lower=KL_FLOOR).to_numpy())
+    x = math.log(max(kl, KL_FLOOR))
+    if len(kls) < 2 or not kls[0] <= x <= kls[-1]:
+        return math.nan
+    return float(np.interp(x, kls, cut[measure].to_numpy()))
+
+
+def _per_problem(problems: pd.DataFrame, method: str, lr: float, delta: float) -> pd.DataFrame:
+    rows = problems[(problems["method"] == method) & (problems["lr"] == lr)
+                    & (problems["delta"].isna() if math.isnan(delta)
+                       else problems["delta"] == delta)]
+    return rows.groupby("problem")[list(MEASURES)].agg(["mean", "count"])
+
+
+def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                     ) -> pd.DataFrame:
+    """Per controlled point and measure: its final KL and held-out pass@1 (%); the lr cut's
+    pass@1 at the same KL (`lr_matched`, "NaN" outside the cut's range) and the difference;
+    paired per-problem tests (`comparison.paired`, per-problem means over seeds) against the
+    lr-cut run nearest in final KL (log distance) and against the uncontrolled run at the same
+    lr, with Holm's correction over every test of the table."""
+    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+    rows, tests = [], []
+    for (method, lr, delta), r in _point_groups(runs):
+        if math.isnan(delta):
+            continue
+        cut = lr_cut(runs, method)
+        if cut.empty:
+            continue
+        kl = r["final_kl"].mean()
+        nearest = cut.iloc[int(np.argmin(np.abs(np.log(cut["final_kl"].clip(lower=KL_FLOOR))
+                                                - math.log(max(kl, KL_FLOOR)))))]
+        mine = _per_problem(problems, method, lr, delta)
+        free = family(method)
+        for measure in measured(problems):
+            row = {"method": METHODS[method].short, "lr": lr, "δ": delta, "measure": measure,
+                   "steps clipped (%)": r["clipped"].mean(), "final KL": kl,
+                   "pass@1 (%)": 100 * r[measure].mean()}
+            matched = lr_matched(cut, kl, measure)
+            row.update({"lr cut at this KL (%)": 100 * matched,
+                        "control − lr cut (pts)": 100 * (r[measure].mean() - matched),
+                        "nearest lr cut: lr": nearest["lr"],
+                        "nearest lr cut: final KL": nearest["final_kl"]})
+            versus = paired(_per_problem(problems, free, nearest["lr"], math.nan), mine, measure)
+            row.update({"Δ vs nearest (pts)": 100 * versus.difference,
+                        "Δ vs nearest, se": 100 * versus.stderr,
+                        "Δ vs nearest, p (Holm)": math.nan,
+                        "Δ vs no control at this lr (pts)": math.nan,
+                        "Δ vs no control, p (Holm)": math.nan})
+            tests.append((len(rows), "Δ vs nearest, p (Holm)", versus.p))
+            same = _per_problem(problems, free, lr, math.nan)
+            if not same.empty:
+                versus = paired(same, mine, measure)
+                row["Δ vs no control at this lr (pts)"] = 100 * versus.difference
+                tests.append((len(rows), "Δ vs no control, p (Holm)", versus.p))
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    for (i, column, _), p in zip(tests, holm([t[2] for t in tests]), strict=True):
+        table.loc[i, column] = p
     return table
 
 
-def budget_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                 ) -> pd.DataFrame:
     """Per setting of the budget study: the KL to the reference at the end and at its highest,
     on the batches (noisy: each is B fresh completions) and on the drift probe (the same
     held-out completions' seeds every `budget_probe_every` steps: the budget holds when the
-    highest probe stays under it), steps cut, the final β, reward and held-out accuracy (seed
-    mean and range)."""
-    per_run = _per_run(_runs(frame, "budget"), cfg)
+    highest probe stays under it), steps cut, the final β, reward and held-out greedy pass@1
+    (seed mean and range)."""
     runs = _runs(frame, "budget")
+    summary = per_run(runs, problems, cfg)
     rows = []
-    for setting, r in per_run.groupby("setting", sort=False):
+    for setting, r in summary.groupby("setting", sort=False):
         mine = runs[runs["setting"] == setting]
         probes = mine.dropna(subset=["drift_kl"]).sort_values("step").groupby("seed")["drift_kl"]
         rows.append({
@@ -304,12 +428,28 @@ def budget_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
             "highest probed KL": probes.max().max(),
             "steps cut (%)": r["clipped"].mean(), "final β": r["final_beta"].mean(),
             "reward (last steps)": r["reward"].mean(),
-            "accuracy %, mean": 100 * r["accuracy"].mean(),
-            "accuracy %, seed min": 100 * r["accuracy"].min(),
-            "accuracy %, seed max": 100 * r["accuracy"].max(),
-            "gain over start (points)": 100 * (r["accuracy"] - r["accuracy_start"]).mean(),
+            **{f"{m} pass@1 (%)": 100 * r[m].mean() for m in measured(problems)},
+            "greedy gain (pts)": 100 * (r["greedy"] - r["greedy_before"]).mean(),
         })
     return pd.DataFrame(rows)
+
+
+def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                 ) -> pd.DataFrame:
+    """The points at `stress_lr`: as `frontier_table`, plus the first step whose smoothed KL
+    to the reference exceeds `runaway_kl` (per seed)."""
+    stress = _stress_runs(frame, cfg)
+    table = frontier_table(stress, problems, cfg)
+    runs = per_run(stress, problems, cfg)
+    first = _point_groups(runs)["first_runaway_step"]
+    table.insert(len(table.columns) - 1, f"first step with KL > {cfg['runaway_kl']:g}",
+                 [_steps_text(s) for _, s in first])
+    return table
+
+
+def _stress_runs(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    runs = _runs(frame, "frontier")
+    return runs[runs["lr"] == cfg["stress_lr"]]
 
 
 def _steps_text(steps: pd.Series) -> str:
@@ -320,24 +460,25 @@ def _steps_text(steps: pd.Series) -> str:
 # ---------------------------------------------------------------- claims
 
 
-def _stress_scale(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
-    runs = _runs(frame, "stress")
+def _scale_text(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
     example = grpo_config(cfg, plan(cfg)[0])
-    return (f"{cfg['scale']}: {example['model']}, lr {cfg['stress_lr']:g}, "
-            f"{int(runs['step'].max())} GRPO steps, {runs['seed'].nunique()} seed(s)")
+    return (f"{cfg['scale']}: {example['model']}, lr {cfg['stress_lr']:g}, {cfg['steps']} GRPO "
+            f"steps ({example['prompts_per_step']} × {example['group_size']}), "
+            f"{_stress_runs(frame, cfg)['seed'].nunique()} seed(s)")
 
 
-def c5_stress_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                    ) -> ClaimRow:
     """C5 at the stress learning rate. The naive projection *runs away* when its smoothed KL to
     the reference exceeds `runaway_kl` nats/token within `c5_window` steps. Every seed: reproduced
     — unless uncontrolled dense AdamW runs away as early, in which case the explosion is the
     learning rate's, not the compression's: not reproduced; some seeds: partly; none: not
     reproduced."""
-    per_run = _per_run(_runs(frame, "stress"), cfg)
-    naive = per_run[per_run["method"] == "naive"]
-    dense = per_run[(per_run["method"] == "adamw") & per_run["delta"].isna()]
+    runs = per_run(_stress_runs(frame, cfg), problems, cfg)
+    naive = runs[runs["method"] == "naive"]
+    dense = runs[runs["method"] == "adamw"]
     if naive.empty or dense.empty:
-        raise ValueError("C5 (stress) needs the naive and dense AdamW stress runs")
+        raise ValueError("C5 (stress) needs the naive and dense AdamW runs at stress_lr")
     window = cfg["c5_window"][1]
     ran = naive["first_runaway_step"] <= window
     dense_first = dense["first_runaway_step"].min()
@@ -345,9 +486,9 @@ def c5_stress_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
             f"mean) naive projection {_span(naive['peak_kl'])}, dense AdamW "
             f"{_span(dense['peak_kl'])} nats/token; above {cfg['runaway_kl']:g} within "
             f"{window} steps: naive {int(ran.sum())}/{len(naive)} seeds, dense AdamW from step "
-            f"{_steps_text(dense['first_runaway_step'])}; accuracy after "
-            f"{cfg['steps']} steps: naive {_pct(naive['accuracy'])}, dense AdamW "
-            f"{_pct(dense['accuracy'])} (start {_pct(dense['accuracy_start'])})")
+            f"{_steps_text(dense['first_runaway_step'])}; greedy pass@1 after "
+            f"{cfg['steps']} steps: naive {_pct(naive['greedy'])}, dense AdamW "
+            f"{_pct(dense['greedy'])} (start {_pct(dense['greedy_before'])})")
     if ran.all() and not dense_first <= naive["first_runaway_step"].max():
         verdict = "reproduced"
     elif ran.any() and not dense_first <= naive["first_runaway_step"].min():
@@ -355,47 +496,48 @@ def c5_stress_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     else:
         verdict = "not reproduced"
     return ClaimRow("C5", "naive random projection makes KL(π_θ ‖ π_ref) explode within 50–100 "
-                    "steps (proxy stress test)", text, _stress_scale(frame, cfg), verdict)
+                    "steps (proxy stress test)", text, _scale_text(frame, cfg), verdict)
 
 
-def c6_stress_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
-    """C6 at the stress learning rate: does the control prevent a runaway? For each method with
-    an uncontrolled and a controlled run (dense AdamW, LoGRA): reproduced when the uncontrolled
+def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                    ) -> ClaimRow:
+    """C6 at the stress learning rate: does the control prevent a runaway? For each controlled
+    method with its uncontrolled twin (`FREE`) at `stress_lr`: reproduced when the uncontrolled
     run's smoothed KL exceeds `runaway_kl` and the controlled one's never does, with held-out
-    accuracy no lower (seed mean); partly when the control at least divides the peak KL by
+    greedy pass@1 no lower (seed mean); partly when the control at least divides the peak KL by
     `c6_factor`; not reproduced otherwise, or when no uncontrolled run runs away (nothing to
     prevent)."""
-    per_run = _per_run(_runs(frame, "stress"), cfg)
+    runs = per_run(_stress_runs(frame, cfg), problems, cfg)
     parts, outcomes = [], []
-    for free_method, method in (("adamw", "adamw-kl"), ("logra", "logra")):
-        free = per_run[(per_run["method"] == free_method) & per_run["delta"].isna()]
-        held = per_run[(per_run["method"] == method) & per_run["delta"].notna()]
-        if free.empty or held.empty:
-            continue
-        ran_away = bool((free["peak_kl"] > cfg["runaway_kl"]).any())
-        contained = bool((held["peak_kl"] <= cfg["runaway_kl"]).all())
-        better = held["accuracy"].mean() >= free["accuracy"].mean()
-        shrink = free["peak_kl"].max() / max(held["peak_kl"].max(), FLOOR)
-        outcomes.append("prevented" if ran_away and contained and better else
-                        "reduced" if ran_away and shrink >= cfg["c6_factor"] else
-                        "no runaway" if not ran_away else "not prevented")
-        delta = held["delta"].iloc[0]
-        parts.append(f"{METHODS[method].short}: peak KL "
-                     f"{_span(free['peak_kl'])} without control, {_span(held['peak_kl'])} with "
-                     f"δ = {delta:g} (clipped {held['clipped'].mean():.0f} % of steps); accuracy "
-                     f"{_pct(free['accuracy'])} → {_pct(held['accuracy'])}")
+    for method, free_method in FREE.items():
+        free = runs[runs["method"] == free_method]
+        for delta, held in runs[runs["method"] == method].groupby("delta", sort=True):
+            if free.empty:
+                continue
+            ran_away = bool((free["peak_kl"] > cfg["runaway_kl"]).any())
+            contained = bool((held["peak_kl"] <= cfg["runaway_kl"]).all())
+            better = held["greedy"].mean() >= free["greedy"].mean()
+            shrink = free["peak_kl"].max() / max(held["peak_kl"].max(), KL_FLOOR)
+            outcomes.append("prevented" if ran_away and contained and better else
+                            "reduced" if ran_away and shrink >= cfg["c6_factor"] else
+                            "no runaway" if not ran_away else "not prevented")
+            parts.append(f"{METHODS[method].short}: peak KL {_span(free['peak_kl'])} without "
+                         f"control, {_span(held['peak_kl'])} with δ = {delta:g} (clipped "
+                         f"{held['clipped'].mean():.0f} % of steps); greedy pass@1 "
+                         f"{_pct(free['greedy'])} → {_pct(held['greedy'])}")
     if not outcomes:
-        raise ValueError("C6 (stress) needs an uncontrolled and a controlled run of one method")
+        raise ValueError("C6 (stress) needs an uncontrolled and a controlled run of one method "
+                         "at stress_lr")
     verdict = ("reproduced" if all(o == "prevented" for o in outcomes) else
                "partly" if any(o in ("prevented", "reduced") for o in outcomes) else
                "not reproduced")
     text = "; ".join(parts) + f" (runaway: KL > {cfg['runaway_kl']:g}; outcome {outcomes})"
     return ClaimRow("C6", "predicted-KL step control prevents the KL collapse (proxy stress test)",
-                    text, _stress_scale(frame, cfg), verdict)
+                    text, _scale_text(frame, cfg), verdict)
 
 
-def claims(frame: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
-    return [c5_stress_claim(frame, cfg), c6_stress_claim(frame, cfg)]
+def claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
+    return [c5_stress_claim(frame, problems, cfg), c6_stress_claim(frame, problems, cfg)]
 
 
 def _span(values: pd.Series) -> str:
@@ -410,129 +552,137 @@ def _pct(values: pd.Series) -> str:
 # ---------------------------------------------------------------- figures
 
 
-def plot_tradeoff(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Sweep: final KL to the reference against held-out accuracy, one point per (method, δ)
-    at the seed mean, bars from the lowest to the highest seed; the share of clipped steps."""
-    per_run = _per_run(_runs(frame, "sweep"), cfg)
-    fig, (ax, ax_clip) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for method, r in per_run.groupby("method", sort=False):
-        spec = METHODS[method]
-        stats = r.groupby("delta", dropna=False).agg(
-            kl=("final_kl", "mean"), kl_lo=("final_kl", "min"), kl_hi=("final_kl", "max"),
-            acc=("accuracy", "mean"), acc_lo=("accuracy", "min"), acc_hi=("accuracy", "max"),
-            clipped=("clipped", "mean"))
-        stats = stats.sort_index(na_position="last")
-        # a KL of 0 (a policy that never moved: the smoke scale) has no place on a log axis
-        stats[["kl", "kl_lo", "kl_hi"]] = stats[["kl", "kl_lo", "kl_hi"]].clip(lower=FLOOR)
-        label = spec.short
-        ax.errorbar(stats["kl"], 100 * stats["acc"],
-                    xerr=[stats["kl"] - stats["kl_lo"], stats["kl_hi"] - stats["kl"]],
-                    yerr=[100 * (stats["acc"] - stats["acc_lo"]),
-                          100 * (stats["acc_hi"] - stats["acc"])],
-                    color=spec.color, marker="o", capsize=3, lw=1.2, label=label)
-        for delta, row in stats.iterrows():
-            ax.annotate(_delta_text(delta), (row["kl"], 100 * row["acc"]), fontsize=8,
-                        xytext=(4, 4), textcoords="offset points", color=spec.color)
-        controlled = stats[stats.index.notna()]
-        ax_clip.plot(controlled.index, controlled["clipped"], color=spec.color, marker="o",
-                     label=label)
-    start = 100 * per_run["accuracy_start"].mean()
-    ax.axhline(start, color="grey", ls=":", lw=1, label=f"before GRPO ({start:.1f} %)")
-    ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short log axis
-    ax.set_xlabel(f"final KL(π_θ ‖ π_ref) (nats/token, mean of the last {cfg['final_steps']} "
-                  "steps)")
-    ax.set_ylabel(f"greedy accuracy on {cfg['eval_prompts']:,} held-out problems (%)")
-    ax.set_title("KL budget δ per step: drift from the reference against accuracy\n"
-                 "(point: seed mean, bars: seed range; labels: δ)", fontsize=10)
-    ax.legend(fontsize=8)
-    ax_clip.set_xscale("log")
-    ax_clip.set_xlabel("δ (nats/token per step)")
-    ax_clip.set_ylabel("steps with γ < 1 (%)")
-    ax_clip.set_ylim(-2, 102)
-    ax_clip.set_title("how often the control cut the step", fontsize=10)
-    for a in (ax, ax_clip):
-        a.grid(alpha=0.3)
+def _errorbar(ax: plt.Axes, r: pd.DataFrame, measure: str, **style: Any) -> None:
+    """One point at the seed means of final KL and `measure` (%), bars over the seed range."""
+    kl = r["final_kl"].clip(lower=KL_FLOOR)
+    y = 100 * r[measure]
+    ax.errorbar([kl.mean()], [y.mean()], xerr=[[kl.mean() - kl.min()], [kl.max() - kl.mean()]],
+                yerr=[[y.mean() - y.min()], [y.max() - y.mean()]], capsize=3, **style)
+
+
+def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                  ) -> plt.Figure:
+    """Held-out pass@1 against final KL to the reference, one panel per measure: each family's
+    lr cut (its uncontrolled runs, circles joined in lr order), each controlled point (a marker
+    per δ) with a thin arrow from the uncontrolled run at its lr; seed means, bars over seeds."""
+    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+    measures = measured(problems)
+    deltas = sorted(runs["delta"].dropna().unique(), reverse=True)
+    fig, axes = plt.subplots(1, len(measures), figsize=(6.4 * len(measures), 5.0), squeeze=False)
+    for ax, measure in zip(axes[0], measures, strict=True):
+        free = runs[runs["delta"].isna()]
+        for method, r in free.groupby("method", sort=False):
+            spec = METHODS[method]
+            means = r.groupby("lr")[["final_kl", measure]].mean().sort_index()
+            lrs = f"lr {means.index.min():g}–{means.index.max():g}" if len(means) > 1 else \
+                f"lr {means.index[0]:g}"
+            ax.plot(means["final_kl"].clip(lower=KL_FLOOR), 100 * means[measure],
+                    color=spec.color, ls=spec.style, lw=1.2, label=f"{spec.label} ({lrs})")
+            for _, point in r.groupby("lr"):
+                _errorbar(ax, point, measure, color=spec.color, marker="o", ms=5, lw=1)
+        for (method, lr, delta), r in _point_groups(runs[runs["delta"].notna()]):
+            spec = METHODS[method]
+            marker = DELTA_MARKERS[deltas.index(delta) % len(DELTA_MARKERS)]
+            _errorbar(ax, r, measure, color=spec.color, marker=marker, ms=7, lw=1, mec="black",
+                      mew=0.5)
+            twin = free[(free["method"] == family(method)) & (free["lr"] == lr)]
+            if not twin.empty:
+                ax.annotate("", xy=(max(r["final_kl"].mean(), KL_FLOOR), 100 * r[measure].mean()),
+                            xytext=(max(twin["final_kl"].mean(), KL_FLOOR),
+                                    100 * twin[measure].mean()),
+                            arrowprops=dict(arrowstyle="->", color=spec.color, lw=0.8,
+                                            alpha=0.7))
+        for method in runs.loc[runs["delta"].notna(), "method"].unique():
+            for delta in sorted(runs.loc[runs["method"] == method, "delta"].dropna().unique(),
+                                reverse=True):
+                lrs = runs.loc[(runs["method"] == method) & (runs["delta"] == delta), "lr"]
+                ax.plot([], [], ls="", color=METHODS[method].color, mec="black", mew=0.5,
+                        marker=DELTA_MARKERS[deltas.index(delta) % len(DELTA_MARKERS)], ms=7,
+                        label=f"{METHODS[method].short} + control, δ {delta:g} (lr "
+                              f"{', '.join(f'{lr:g}' for lr in sorted(lrs.unique()))})")
+        start = 100 * runs[f"{measure}_before"].mean()
+        ax.axhline(start, color="grey", ls=":", lw=1, label=f"before RL ({start:.1f} %)")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short axis
+        ax.set_xlabel(f"final KL(π_θ ‖ π_ref), nats/token (mean of the last "
+                      f"{cfg['final_steps']} steps)")
+        ax.set_ylabel(f"held-out {measure} pass@1 (%)")
+        ax.set_title(f"{measure} pass@1 against the drift from the reference\n(arrows: from the "
+                     "same lr without control to with it)", fontsize=10)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(labels) / 2)))
     fig.tight_layout()
     return fig
 
 
-def plot_runs(frame: pd.DataFrame, cfg: dict[str, Any], study: str) -> plt.Figure:
-    """KL to the reference per step (log) and the control's γ, one line per (method, δ):
-    the seed mean, with the seed range as a band."""
-    runs = _runs(frame, study)
+def plot_runs(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """The runs at `stress_lr`: KL to the reference per step (log) and the control's γ, one
+    line per (method, δ): the seed mean, with the seed range as a band."""
+    runs = _stress_runs(frame, cfg)
     runs = runs[runs["step"] >= 2]  # step 1 samples from π_ref: KL 0
-    groups = list(runs.groupby(["method", "delta"], dropna=False, sort=False))
     fig, (ax_kl, ax_gamma) = plt.subplots(1, 2, figsize=(12, 4.6))
-    shades = np.linspace(0.35, 1.0, max(len(cfg["deltas"]), 2))
-    for (method, delta), r in groups:
+    for (method, delta), r in runs.groupby(["method", "delta"], dropna=False, sort=False):
         spec = METHODS[method]
-        rank = sorted({d for (m, d), _ in groups if m == method},
-                      key=lambda d: -1 if math.isnan(d) else -d).index(delta)
-        alpha = float(shades[min(rank, len(shades) - 1)]) if study == "sweep" else 1.0
-        label = Run(study, method, None if math.isnan(delta) else delta, 0.0, 0).label
-        style = "--" if math.isnan(delta) and METHODS[method].controllable else "-"
-        r = r.assign(kl=r["kl"].clip(lower=FLOOR))
+        label = Run("frontier", method, 0.0, None if math.isnan(delta) else delta, 0).label
+        r = r.assign(kl=r["kl"].clip(lower=KL_FLOOR))
         for ax, column in ((ax_kl, "kl"), (ax_gamma, "gamma")):
             if column == "gamma" and math.isnan(delta):
                 continue
             line_with_band(ax, r, "step", column, band=r["seed"].nunique() > 1,
-                           band_alpha=0.12 * alpha, color=spec.color, alpha=alpha, ls=style, lw=1.4,
+                           color=spec.color, ls=spec.style, lw=1.4,
                            label=label if column == "kl" else None)
     ax_kl.set_yscale("log")
     ax_kl.axhline(cfg["runaway_kl"], color="grey", ls=":", lw=1)
     ax_kl.set_ylabel("KL(π_θ ‖ π_ref) (nats/token)")
     ax_gamma.set_ylabel("step scale γ")
     ax_gamma.set_ylim(0, 1.05)
-    lr = cfg["lr"] if study == "sweep" else cfg["stress_lr"]
-    ax_kl.set_title(f"{study}: KL to the reference (lr {lr:g}; dotted: {cfg['runaway_kl']:g})",
-                    fontsize=10)
+    ax_kl.set_title(f"KL to the reference at lr {cfg['stress_lr']:g} (dotted: "
+                    f"{cfg['runaway_kl']:g})", fontsize=10)
     ax_gamma.set_title("γ = min(1, √(δ / KL̂)) of the controlled runs", fontsize=10)
     for ax in (ax_kl, ax_gamma):
         ax.set_xlabel("GRPO step")
         ax.grid(alpha=0.3)
-    fig.legend(loc="lower center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.1))
+    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.1))
     fig.tight_layout()
     return fig
 
 
-def plot_budget(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+                ) -> plt.Figure:
     """Budget study: KL to the reference per step for each setting (the batches' KL: seed mean,
     band over the seeds; dots: the highest drift probe over the seeds; dotted: the drift
-    budgets), and accuracy against final KL."""
+    budgets), and greedy pass@1 against final KL."""
     runs = _runs(frame, "budget")
+    summary = per_run(runs, problems, cfg)
     runs = runs[runs["step"] >= 2]
-    per_run = _per_run(_runs(frame, "budget"), cfg)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, (ax_kl, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.6))
     for i, (setting, r) in enumerate(runs.groupby("setting", sort=False)):
         color = colors[i % len(colors)]
-        line_with_band(ax_kl, r.assign(kl=r["kl"].clip(lower=FLOOR)), "step", "kl", color=color,
-                       lw=1.4, label=setting)
+        line_with_band(ax_kl, r.assign(kl=r["kl"].clip(lower=KL_FLOOR)), "step", "kl",
+                       color=color, lw=1.4, label=setting)
         probes = r.pivot_table(index="step", columns="seed", values="drift_kl")
         if not probes.empty:
-            ax_kl.plot(probes.index, probes.max(axis=1).clip(lower=FLOOR), color=color, lw=0,
+            ax_kl.plot(probes.index, probes.max(axis=1).clip(lower=KL_FLOOR), color=color, lw=0,
                        marker="o", ms=3.5, mec="black", mew=0.4)
-        p = per_run[per_run["setting"] == setting]
-        ax_acc.errorbar(p["final_kl"].mean(), 100 * p["accuracy"].mean(),
-                        xerr=[[p["final_kl"].mean() - p["final_kl"].min()],
-                              [p["final_kl"].max() - p["final_kl"].mean()]],
-                        yerr=[[100 * (p["accuracy"].mean() - p["accuracy"].min())],
-                              [100 * (p["accuracy"].max() - p["accuracy"].mean())]],
-                        color=color, marker="o", capsize=3, label=setting)
+        _errorbar(ax_acc, summary[summary["setting"] == setting], "greedy", color=color,
+                  marker="o", label=setting)
     for keys in cfg["budget_runs"].values():
         if keys and keys.get("kl_drift_budget"):
             ax_kl.axhline(keys["kl_drift_budget"], color="grey", ls=":", lw=1)
-    start = 100 * per_run["accuracy_start"].mean()
-    ax_acc.axhline(start, color="grey", ls=":", lw=1, label=f"before GRPO ({start:.1f} %)")
+    start = 100 * summary["greedy_before"].mean()
+    ax_acc.axhline(start, color="grey", ls=":", lw=1, label=f"before RL ({start:.1f} %)")
     ax_kl.set_yscale("log")
-    ax_kl.set_ylim(bottom=max(FLOOR, 0.01 * float(runs["kl"].median())))
+    ax_kl.set_ylim(bottom=max(KL_FLOOR, 0.01 * float(runs["kl"].median())))
     ax_kl.set_xlabel("GRPO step")
     ax_kl.set_ylabel("KL(π_θ ‖ π_ref) (nats/token)")
     ax_kl.set_title("drift from the reference (lines: batches; dots: highest probe over seeds;"
                     "\ndotted: the budget)", fontsize=10)
+    ax_acc.set_xscale("log")
     ax_acc.set_xlabel(f"final KL to the reference (mean of the last {cfg['final_steps']} steps)")
-    ax_acc.set_ylabel(f"greedy accuracy on {cfg['eval_prompts']:,} held-out problems (%)")
+    ax_acc.set_ylabel(f"greedy pass@1 on {cfg['eval_prompts']:,} held-out problems (%)")
     ax_acc.set_title("accuracy at the KL each control ends at (bars: seed range)", fontsize=10)
     for ax in (ax_kl, ax_acc):
         ax.grid(alpha=0.3)
@@ -542,8 +692,7 @@ def plot_budget(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
 
 
 FIGURES = {
-    "kl_control_tradeoff": plot_tradeoff,
-    "kl_control_sweep": lambda frame, cfg: plot_runs(frame, cfg, "sweep"),
-    "kl_control_stress": lambda frame, cfg: plot_runs(frame, cfg, "stress"),
+    "kl_control_frontier": plot_frontier,
+    "kl_control_stress": lambda frame, problems, cfg: plot_runs(frame, cfg),
     "kl_control_budget": plot_budget,
 }

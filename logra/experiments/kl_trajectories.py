@@ -3,27 +3,29 @@ well a step's predicted KL foretells the KL it causes (notebooks/03_kl_trajector
 
 Every trajectory is a GRPO run of one of the methods of `logra.experiments.grpo_runs` (its
 `grpo_config`: experiments/grpo.yaml at `grpo_scale`, the GRPO keys of
-experiments/kl_trajectories.yaml on top, then the method's optimizer settings and the seed),
-cached by config in <results_dir>/runs/ and resumed when rerun; `grpo_runs.command` prints the
-`logra-repro run` line that computes the same run.
+experiments/kl_trajectories.yaml on top, then the method's optimizer settings, its lr
+(`method_lr`, else `lr`) and the seed), evaluated before and after training, cached by config in
+<results_dir>/runs/ and resumed when rerun: with notebook 04's GRPO keys, a method at its lr
+there is notebook 04's run. `grpo_runs.command` prints the `logra-repro run` line of a run.
 
 `run(cfg)` returns one tidy frame: one row per (method, seed, step) with the runner's records
 (`logra.rl.COLUMNS`: kl = exact mean per-token KL(π_θ ‖ π_ref) of the policy that sampled the
 step, step_kl = exact KL(π_before ‖ π_after) of the step's update on its own batch, predicted_kl,
 gamma, reward, eval_accuracy, ...), plus the calibration runs (method "calibration").
 
-Calibration (`calibration_run`): LoGRA (gain) with the default `kl_estimator="calibrated"` and an
-infinite budget, so that the optimizer predicts the KL of every step in nats, as a controlled
-run would (the raw diagonal estimate ½·Δᵀ diag(V̂) Δ times a factor refitted from a JVP probe
-every `kl_probe_every` steps), but never scales one (the run takes the same steps as logra-nokl
-with the same seed). Each step is also probed by the exact JVP prediction ½·ΔᵀFΔ of the applied
-Δ = W_after − W_before at the pre-step weights on the step's batch
-(`logra.optim.kl.predicted_kl_jvp`), and every prediction is set against the measured step_kl.
-`calibration_table` gives, per predictor, the median of measured/predicted and the share of steps
-within a factor 4, the geometric-mean factor c, the free log-log slope and the rank correlation.
-`schedule_table` replays the calibrated estimator offline from the same run's raw diagonal and
-exact JVP values for other probe intervals and windows, and for a trainer that reports each
-step's measured KL (`LoGRA.observe_kl`): the evidence for the defaults.
+Calibration (`calibration_run`, with the GRPO keys of `calibration_keys` on top: a smaller
+batch, since each step is also probed by an exact JVP): LoGRA (gain) with the default
+`kl_estimator="calibrated"` and an infinite budget, so that the optimizer predicts the KL of
+every step in nats, as a controlled run would (the raw diagonal estimate ½·Δᵀ diag(V̂) Δ times a
+factor refitted from a JVP probe every `kl_probe_every` steps), but never scales one (the run
+takes the steps logra-nokl would at the same keys and seed). Each step is also probed by the
+exact JVP prediction ½·ΔᵀFΔ of the applied Δ = W_after − W_before at the pre-step weights on the
+step's batch (`logra.optim.kl.predicted_kl_jvp`), and every prediction is set against the
+measured step_kl. `calibration_table` gives, per predictor, the median of measured/predicted and
+the share of steps within a factor 4, the geometric-mean factor c, the free log-log slope and
+the rank correlation. `schedule_table` replays the calibrated estimator offline from the same
+run's raw diagonal and exact JVP values for other probe intervals and windows, and for a trainer
+that reports each step's measured KL (`LoGRA.observe_kl`): the evidence for the defaults.
 
 Verdicts (`c5_claim`, `c6_claim`) come from these numbers by the rules in their docstrings.
 """
@@ -42,16 +44,10 @@ import torch
 
 from logra import io
 from logra.config import load_config
-from logra.experiments.grpo_runs import (
-    check_runs,
-    command,
-    grpo_config,
-    grpo_job,
-    is_real_scale,
-    prepare_inputs,
-)
+from logra.experiments import grpo_runs
+from logra.experiments.grpo_runs import check_runs, command, grpo_job, is_real_scale, prepare_inputs
 from logra.experiments.jobs import run_jobs
-from logra.experiments.plots import line_with_band
+from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
 from logra.methods import METHODS
 from logra.optim.kl import predicted_kl_jvp
@@ -61,7 +57,6 @@ from logra.rl.rollout import Rollout
 
 EXPERIMENT = "kl_trajectories"
 NOTEBOOK = "03_kl_trajectories"
-FLOOR = 1e-8  # KL values below this (and the fp32 round-off around 0) are drawn at FLOOR
 C5_REPORTED = ("naive random-projection compression of optimizer states makes KL(π_θ ‖ π_ref) "
                "explode within 50–100 gradient steps")
 C6_REPORTED = ("predicted-KL step control prevents that collapse; KL curves match dense Adam's "
@@ -69,17 +64,38 @@ C6_REPORTED = ("predicted-KL step control prevents that collapse; KL curves matc
 
 
 def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/kl_trajectories.yaml at `scale`, with `overrides` on top."""
-    return check_runs(load_config(EXPERIMENT, scale, **overrides))
+    """experiments/kl_trajectories.yaml at `scale`, with `overrides` on top, checked."""
+    cfg = check_runs(load_config(EXPERIMENT, scale, **overrides))
+    lrs = cfg["method_lr"] or {}
+    unknown = sorted(set(lrs) - set(METHODS))
+    if unknown:
+        raise ValueError(f"method_lr names unknown methods {unknown}; valid: {list(METHODS)}")
+    bad = {m: lr for m, lr in lrs.items() if not (isinstance(lr, int | float) and lr > 0)}
+    if bad:
+        raise ValueError(f"method_lr must hold positive numbers, got {bad}")
+    return cfg
 
 
 # ---------------------------------------------------------------- GRPO configs
 
 
+def method_lr(cfg: dict[str, Any], method: str) -> float | None:
+    """The lr of `method`'s runs: `method_lr`'s, else `lr` (None: grpo.yaml's)."""
+    return (cfg["method_lr"] or {}).get(method, cfg["lr"])
+
+
+def grpo_config(cfg: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
+    """The resolved GRPO config of `method` at `seed`, at its lr, evaluated before and after
+    training (as notebooks 04 and 09 build theirs, so equal settings share a run)."""
+    lr = method_lr(cfg, method)
+    return grpo_runs.grpo_config(cfg, method, seed, eval_every=cfg["steps"],
+                                 **({} if lr is None else {"lr": lr}))
+
+
 def calibration_config(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     """LoGRA gain predicting every step's KL with the calibrated estimate and an infinite
-    budget (never clips)."""
-    config = grpo_config(cfg, "logra", seed)
+    budget (never clips), at the GRPO keys of `calibration_keys`."""
+    config = grpo_runs.grpo_config({**cfg, **cfg["calibration_keys"]}, "logra", seed)
     config.update(kl_estimator="calibrated", predicted_kl_threshold=math.inf,
                   steps=cfg["calibration_steps"])
     return grpo.validate(config)
@@ -190,6 +206,7 @@ def trajectory_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
         peaks = r.groupby("seed")["kl"].max()
         rows.append({
             "method": METHODS[method].label,
+            "lr": grpo_config(cfg, method, cfg["seeds"][0])["lr"],
             "seeds": r["seed"].nunique(),
             "steps": int(r["step"].max()),
             f"final KL (last {cfg['final_steps']} steps), mean": f.mean(),
@@ -406,7 +423,7 @@ def c6_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     lo, hi = finals.loc["adamw"].min(), finals.loc["adamw"].max()
     mean = finals.loc["logra"].mean()
     factor = cfg["c6_factor"]
-    verdict = ("not reproduced" if not hi > FLOOR else "reproduced" if lo <= mean <= hi else
+    verdict = ("not reproduced" if not hi > KL_FLOOR else "reproduced" if lo <= mean <= hi else
                "partly" if lo / factor <= mean <= hi * factor else "not reproduced")
     others = [f"{METHODS[m].label} {finals.loc[m].mean():.3g}"
               for m in ("adamw-kl", "logra-nystrom", "logra-nokl", "naive") if m in finals.index]
@@ -417,7 +434,7 @@ def c6_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
             f"{lo:.3g}–{hi:.3g}; " + ", ".join(others)
             + f"; inside the band: {', '.join(inside) if inside else 'none'}")
     horizon = int(trajectories(frame)["step"].max())
-    if not hi > FLOOR:
+    if not hi > KL_FLOOR:
         text += "; dense AdamW did not move the policy (no learning signal)"
     if horizon < 1100:
         text += f"; {horizon} steps here, not the report's 1,100 (see the next C6 row)"
@@ -462,13 +479,14 @@ def _also(runs: pd.DataFrame, methods: tuple[str, ...], column: str, how: str) -
 # ---------------------------------------------------------------- figures
 
 
-def _band(ax: plt.Axes, runs: pd.DataFrame, column: str, method: str, floor: float | None
-          ) -> None:
+def _band(ax: plt.Axes, runs: pd.DataFrame, column: str, method: str, lr: float,
+          floor: float | None) -> None:
     if floor is not None:
         runs = runs.assign(**{column: runs[column].clip(lower=floor)})
     spec, seeds = METHODS[method], runs["seed"].nunique()
     line_with_band(ax, runs, "step", column, band=seeds > 1, band_alpha=0.18, color=spec.color,
-                   lw=1.6, ls=spec.style, label=f"{spec.label} ({seeds} seeds)")
+                   lw=1.6, ls=spec.style, label=f"{spec.label}, lr {lr:g} ({seeds} seed"
+                   + ("s)" if seeds > 1 else ")"))
 
 
 def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
@@ -481,9 +499,9 @@ def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex=True)
     panels = [
         (axes[0, 0], "kl", "KL(π_θ ‖ π_ref) (nats/token, log)",
-         "KL to the reference of the policy sampling each step", FLOOR),
+         "KL to the reference of the policy sampling each step", KL_FLOOR),
         (axes[0, 1], "step_kl_smooth", "KL(π_before ‖ π_after) (nats/token, log)",
-         f"KL of each step ({window}-step mean)", FLOOR),
+         f"KL of each step ({window}-step mean)", KL_FLOOR),
         (axes[1, 0], "gamma", "step scale γ", "γ = min(1, √(δ / KL̂)), controlled methods",
          None),
         (axes[1, 1], "reward_smooth", "reward (share correct)",
@@ -496,7 +514,8 @@ def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             data = runs[runs["method"] == method]
             if column == "kl" and data["step"].max() > 1:  # step 1 samples from π_ref: KL 0
                 data = data[data["step"] > 1]
-            _band(ax, data, column, method, floor)
+            _band(ax, data, column, method, grpo_config(cfg, method, cfg["seeds"][0])["lr"],
+                  floor)
         if floor is not None:
             ax.set_yscale("log")
         ax.set_ylabel(ylabel)

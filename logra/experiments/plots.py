@@ -20,6 +20,8 @@ def rank_axis(ax: plt.Axes, ticks: Iterable[int]) -> None:
 
 
 FEW_POINTS = 3
+KL_FLOOR = 1e-8  # KL values below this (0 where a smoke policy never moved) are drawn at it
+                 # on log axes
 
 
 def line_with_band(ax: plt.Axes, data: pd.DataFrame, x: str, y: str, band: bool = True,
