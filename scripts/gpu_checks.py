@@ -98,8 +98,9 @@ def syncs(args: argparse.Namespace) -> pd.DataFrame:
         for p in model.parameters():
             p.grad = torch.randn_like(p) * 1e-3
         optimizer.step()
+        calls, where = _synchronizing_calls(optimizer.step, args.device)
         rows.append(dict(case=case, control=estimator, expected=expected,
-                         synchronizing_calls=_synchronizing_calls(optimizer.step, args.device)))
+                         synchronizing_calls=calls, where=where))
     frame = pd.DataFrame(rows)
     over = frame[frame["synchronizing_calls"] > frame["expected"]]  # NaN off CUDA: never
     if len(over):
@@ -107,11 +108,12 @@ def syncs(args: argparse.Namespace) -> pd.DataFrame:
     return frame
 
 
-def _synchronizing_calls(fn: Callable[[], object], device: str) -> float:
-    """How many synchronizing CUDA calls `fn` makes (NaN off CUDA: nothing to count)."""
+def _synchronizing_calls(fn: Callable[[], object], device: str) -> tuple[float, str]:
+    """How many synchronizing CUDA calls `fn` makes (NaN off CUDA: nothing to count), and the
+    lines of Python that made them (file:line, "; "-joined)."""
     if torch.device(device).type != "cuda":
         fn()
-        return float("nan")
+        return float("nan"), ""
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -120,7 +122,8 @@ def _synchronizing_calls(fn: Callable[[], object], device: str) -> float:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return float(sum("synchronizing" in str(w.message) for w in caught))
+    syncs = [w for w in caught if "synchronizing" in str(w.message)]
+    return float(len(syncs)), "; ".join(f"{Path(w.filename).name}:{w.lineno}" for w in syncs)
 
 
 def memory(args: argparse.Namespace) -> pd.DataFrame:

@@ -41,6 +41,16 @@ def test_builders_cover_the_field_and_honour_the_filter() -> None:
         oc.optimizer_builders({**cfg, "control_estimators": ["exact"]})
 
 
+def test_a_package_that_fails_to_import_is_not_installed(tmp_path, monkeypatch) -> None:
+    """galore-torch's package imports bitsandbytes: present but unimportable is left out, not
+    a crash of the whole benchmark (seen on a GPU machine without bitsandbytes)."""
+    (tmp_path / "needs_missing.py").write_text("import a_module_nobody_has\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not oc._installed("needs_missing")
+    assert not oc._installed("not_a_module_at_all")
+    assert oc._installed("json")
+
+
 def test_projection_cost_counts_every_distinct_shape() -> None:
     cfg = oc.config("smoke")
     cost = oc.projection_cost("square-256", 8, cfg, repeats=1)

@@ -157,9 +157,15 @@ def logra_with_control(model: nn.Module, lr: float, rank: int, estimator: str,
 
 
 def _installed(module: str) -> bool:
-    import importlib.util
+    """`module` imports here: present, and so are its own imports (galore-torch's package
+    imports bitsandbytes, which a machine may lack)."""
+    import importlib
 
-    return importlib.util.find_spec(module) is not None
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def _wanted(name: str, wanted: list[str]) -> bool:
