@@ -179,9 +179,10 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
                    key=lambda i: -METHODS[runs[i].method].cost * configs[i]["steps"])
     results = run_jobs([(_job, (configs[i],)) for i in order], cfg["workers"], EXPERIMENT,
                        progress)
+    done = dict(zip(order, results, strict=True))
     frames, problems = [], []
-    for i, (records, evaluated) in zip(order, results, strict=True):
-        r = runs[i]
+    for i, r in enumerate(runs):  # in the order of `plan`, the tables' order
+        records, evaluated = done[i]
         keys = dict(study=r.study, method=r.method, lr=r.lr, seed=r.seed, setting=r.setting,
                     delta=math.nan if r.delta is None else r.delta)
         frames.append(records.assign(**keys))

@@ -378,7 +378,7 @@ def _scale_text(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
     runs = trajectories(frame)
     model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0])["model"]
     return (f"{cfg['scale']}: {model}, {int(runs['step'].max())} GRPO steps, "
-            f"{runs['seed'].nunique()} seeds")
+            f"{runs['seed'].nunique()} seed(s), each method at its lr")
 
 
 def c5_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
