@@ -1,12 +1,17 @@
-"""The KL control's probe with `torch.compile`d models."""
+"""The KL control's probe with `torch.compile`d models, and a probe that fails: the step leaves
+the optimizer as it found it."""
 
 from __future__ import annotations
+
+import copy
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
 from logra import LoGRA
+from logra.optim.control import KLControl
 
 VOCAB = 40
 
@@ -87,3 +92,63 @@ def test_jvp_estimator_without_a_recorded_batch_names_torch_compile() -> None:
     with pytest.raises(RuntimeError, match=r"attach\(model\) is in place.*torch\.compile"):
         opt.step()
     assert not opt.state
+
+
+def policy() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 40), nn.Tanh(), nn.Linear(40, 12))
+
+
+def controlled(net: nn.Module) -> LoGRA:
+    return LoGRA(net.parameters(), 1e-2, rank=4, predicted_kl_threshold=1e-4,
+                 kl_estimator="jvp")
+
+
+def policy_backward(net: nn.Module, x: torch.Tensor, seed: int) -> None:
+    net.zero_grad(set_to_none=True)
+    target = torch.randint(0, 12, (x.shape[0],), generator=torch.Generator().manual_seed(seed))
+    nn.functional.cross_entropy(net(x), target).backward()
+
+
+@pytest.mark.parametrize("steps_before", [0, 2])
+def test_a_probe_that_raises_leaves_the_optimizer_as_it_was(monkeypatch, steps_before) -> None:
+    """The probe runs after the moments were updated: when it raises, step() puts the step
+    counters and moments back, so that the next step is the one an optimizer that never saw the
+    failure takes."""
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
+    net, reference = policy(), policy()
+    opt, ref = controlled(net), controlled(reference)
+    for o, n in ((opt, net), (ref, reference)):
+        o.set_kl_batch(n, x)
+        for step in range(steps_before):
+            policy_backward(n, x, step)
+            o.step()
+    state, weights = copy.deepcopy(opt.state_dict()), [p.detach().clone() for p in net.parameters()]
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("probe failed")
+
+    policy_backward(net, x, steps_before)
+    monkeypatch.setattr(KLControl, "jvp_kl", fail)
+    with pytest.raises(RuntimeError, match="probe failed"):
+        opt.step()
+    monkeypatch.undo()
+    after = opt.state_dict()
+    assert after["kl_steps"] == state["kl_steps"] == steps_before
+    assert after["state"].keys() == state["state"].keys()
+    for index, entry in state["state"].items():
+        assert after["state"][index].keys() == entry.keys()
+        for key, value in entry.items():
+            assert torch.equal(after["state"][index][key], value) if isinstance(
+                value, torch.Tensor) else after["state"][index][key] == value, (index, key)
+    assert all(torch.equal(a, p) for a, p in zip(weights, net.parameters(), strict=True))
+
+    for o, n in ((opt, net), (ref, reference)):  # the gradients hold Δ now: computed again
+        policy_backward(n, x, steps_before)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            o.step()
+    assert [opt.last_step[k] for k in ("predicted_kl", "gamma", "kl_probed")] == [
+        ref.last_step[k] for k in ("predicted_kl", "gamma", "kl_probed")]
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), reference.parameters(),
+                                                 strict=True))

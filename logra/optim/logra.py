@@ -341,7 +341,11 @@ class LoGRA(Optimizer):
         parameters + gradients + state + cache-sized blocks. On a step the JVP probes (every
         step of the default estimator when it has a batch), the JVP needs Δ whole, so it is
         written into the gradient buffer (free once sketched) and applied from there: after
-        such a step `p.grad` holds the unscaled Δ, not the gradient.
+        such a step `p.grad` holds the unscaled Δ, not the gradient. Such a step also copies
+        the state of the parameters it updates before changing it (their state's size again,
+        freed when the step ends): if the probe raises, the step counters and moments are put
+        back as they were and the error propagates, the weights untouched (the gradients then
+        hold Δ).
 
         Host synchronizations: none with the control off (the finiteness flag gates the moment
         updates and masks Δ on the device, `logra.optim.gate`; `skipped_steps` and `last_step`'s
@@ -363,6 +367,9 @@ class LoGRA(Optimizer):
         kl_inputs = (self._control.probe_inputs(settings, [(s.name, s.param) for s in slots])
                      if probe else None)  # fails before any state changes
 
+        # a probe can fail (an op without a forward derivative, memory): the states it would
+        # leave half-stepped are copied first, and put back if it does
+        saved = moments.snapshot(self.state, [s.param for s in slots]) if probe else None
         units = partition(slots, self.state)
         sketches = [self._sketch_unit(unit) for unit in units]
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
@@ -388,8 +395,13 @@ class LoGRA(Optimizer):
         if probe:
             for update in updates:
                 update.store_delta()
-            params = [s.param for s in slots]
-            scalars.append(self._control.jvp_kl(params, *kl_inputs).to(gate.ok.device))
+            try:
+                scalars.append(self._control.jvp_kl([s.param for s in slots], *kl_inputs)
+                               .to(gate.ok.device))
+            except BaseException:
+                moments.restore(self.state, saved)
+                self._packings.clear()  # they pin the moments just put aside
+                raise
         finite, *values = torch.stack(scalars).tolist()
         self._report.settle(values)
         if not finite:  # a NaN or ∞ in the gradients: the gated moments did not change
