@@ -221,10 +221,13 @@ def test_bad_hyperparameters_name_the_argument(kwargs: dict, culprit: str) -> No
 @pytest.mark.parametrize(("kwargs", "culprit"), [
     (dict(lr="1e-3"), "lr must be a number.*YAML"), (dict(betas=0.9), "betas must be a pair"),
     (dict(betas=(0.9, "0.99")), "betas must be a pair"), (dict(eps="1e-8"), "eps must be"),
-    (dict(lr=True), "lr must be a number"),
+    (dict(lr=True), "lr must be a number"), (dict(seed=1.5), "seed must be an int"),
+    (dict(sketch="no"), "sketch must be a bool"),
 ])
 def test_ill_typed_hyperparameters_name_the_argument(kwargs: dict, culprit: str) -> None:
-    with pytest.raises(TypeError, match=culprit):
+    """A value of the wrong type is a ValueError too, as the README promises for every bad
+    hyperparameter (not a TypeError a caller catching ValueError would miss)."""
+    with pytest.raises(ValueError, match=culprit):
         LoGRA(mixed_model().parameters(), **kwargs)
 
 

@@ -2,8 +2,9 @@
 
 `check_adamw` covers what LoGRA and the naive projection share with `torch.optim.AdamW` (lr,
 betas, eps, weight_decay), `check_sketch` LoGRA's sketch keys, and `check_kl_control` the keys of
-LoGRA's predicted-KL step control (`KL_CONTROL_KEYS`). A value of the wrong type is a TypeError,
-one out of range a ValueError; both name the argument and the value. `check_saved_groups`,
+LoGRA's predicted-KL step control (`KL_CONTROL_KEYS`). A bad value, of the wrong type (a string
+read from a config, a bare float for betas) or out of range, is a ValueError naming the argument
+and the value, as torch's optimizers raise for bad values. `check_saved_groups`,
 called by `load_state_dict` before it changes anything, refuses another optimizer's state (its
 groups lack the optimizer's keys).
 """
@@ -37,7 +38,7 @@ def check_adamw(group: dict[str, Any]) -> None:
         if lr.numel() != 1:
             raise ValueError("lr as a Tensor must have one element")
     elif not is_number(lr):
-        raise TypeError(f"lr must be a number or a one-element Tensor, got {type(lr).__name__} "
+        raise ValueError(f"lr must be a number or a one-element Tensor, got {type(lr).__name__} "
                         f"{lr!r}" + (" (YAML 1.1 reads 1e-6 as a string: write 1.0e-6)"
                                      if isinstance(lr, str) else ""))
     if not float(lr) >= 0:
@@ -45,12 +46,12 @@ def check_adamw(group: dict[str, Any]) -> None:
     betas = group["betas"]
     if not isinstance(betas, tuple | list) or len(betas) != 2 \
             or not all(is_number(b) or isinstance(b, Tensor) for b in betas):
-        raise TypeError(f"betas must be a pair of numbers (beta1, beta2), got {betas!r}")
+        raise ValueError(f"betas must be a pair of numbers (beta1, beta2), got {betas!r}")
     if not all(0.0 <= float(b) < 1.0 for b in betas):
         raise ValueError(f"Invalid betas: {betas} (each must lie in [0, 1))")
     for key in ("eps", "weight_decay"):
         if not is_number(group[key]):
-            raise TypeError(f"{key} must be a number, got {type(group[key]).__name__} "
+            raise ValueError(f"{key} must be a number, got {type(group[key]).__name__} "
                             f"{group[key]!r}")
     if not group["eps"] > 0:
         raise ValueError(f"Invalid eps: {group['eps']} (must be > 0: a zero column of a "
@@ -91,7 +92,7 @@ def check_sketch(group: dict[str, Any]) -> None:
     if not is_number(group["rtol"]) or not 0 <= group["rtol"] < 1:
         raise ValueError(f"Invalid rtol: {group['rtol']!r} (must lie in [0, 1))")
     if not isinstance(group["sketch"], bool):
-        raise TypeError(f"sketch must be a bool, got {group['sketch']!r}")
+        raise ValueError(f"sketch must be a bool, got {group['sketch']!r}")
 
 
 def check_kl_control(group: dict[str, Any]) -> None:

@@ -217,7 +217,7 @@ class LoGRA(Optimizer):
         self._control = KLControl(kl_calibration_window, process_group)  # validates the window
         self.projection_bank = ProjectionBank(cache_projections, refresh_every)  # and the period
         if not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+            raise ValueError(f"seed must be an int, got {type(seed).__name__}")
         defaults = dict(
             lr=lr, rank=rank, betas=betas, eps=eps, weight_decay=weight_decay,
             reconstruction=reconstruction, rtol=rtol, oversample=oversample, sketch=sketch,
