@@ -85,7 +85,7 @@ class LoGRAMetrics(TrainerCallback):
             logra.attach(model, token_mask_fn=completion_mask, inputs_fn=logits_inputs)
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs) -> None:
-        self.window.append(dict(self._logra(optimizer).last_step))
+        self.window.append(self._logra(optimizer).last_step)  # read at on_log, not each step
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         if not self.window or logs is None:

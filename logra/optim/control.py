@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -175,7 +175,7 @@ class KLControl:
             raise ValueError(f"observe_reference_kl needs a KL ≥ 0, got {kl}")
         self.reference_kls = [*self.reference_kls, kl][-window:]
 
-    def observe_kl(self, last_step: dict[str, Any], kl: float) -> bool:
+    def observe_kl(self, last_step: Mapping[str, Any], kl: float) -> bool:
         """Fit the pair (γ²·d, kl) of the step `last_step` describes (`LoGRA.last_step`): its
         applied diagonal estimate and the KL the trainer measured. Whether the pair was used.
 
@@ -188,7 +188,7 @@ class KLControl:
                              f"token (finite, >= 0), got {kl}")
         if (not last_step or not math.isfinite(last_step.get("diag_kl", math.nan))
                 or last_step["skipped"]):
-            return False  # diag_kl first: a control-off step's `skipped` is a device tensor
+            return False  # diag_kl first: a control-off step's `skipped` is read off the device
         return self.fit.observe(last_step["gamma"] ** 2 * last_step["diag_kl"], float(kl))
 
     # ------------------------------------------------------------------ one step

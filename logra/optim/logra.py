@@ -238,7 +238,9 @@ class LoGRA(Optimizer):
         return dict(self.__dict__)
 
     last_step = _component_attribute(
-        "_report", "last", "The last step's KL̂, γ, skip and calibration (`logra.optim.report`).")
+        "_report", "last", "The last step's KL̂, γ, skip and calibration, Python scalars when "
+        "read; with the control off γ and the skip wait on the device until read, so that a step "
+        "makes no host synchronization (`logra.optim.report.StepRecord`).")
     skipped_steps = _component_attribute(
         "_report", "skipped_steps", "Steps skipped for a NaN or ∞ in the gradients or in Δ "
         "(reading it may synchronize with the device).")
@@ -349,7 +351,7 @@ class LoGRA(Optimizer):
 
         Host synchronizations: none with the control off (the finiteness flag gates the moment
         updates and masks Δ on the device, `logra.optim.gate`; `skipped_steps` and `last_step`'s
-        "gamma", "skipped", "skipped_steps" are then device scalars, read when the caller reads
+        "gamma", "skipped", "skipped_steps" then wait on the device until the caller reads
         them), and one with it on: the flag and the prediction read together. (The "subspace"
         rule's norm limiter reads one more scalar per matrix.) With the control off a skipped
         step still advances the host-side step counters, which the flag never reaches.
