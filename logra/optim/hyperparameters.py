@@ -6,7 +6,7 @@ LoGRA's predicted-KL step control (`KL_CONTROL_KEYS`). A bad value, of the wrong
 read from a config, a bare float for betas) or out of range, is a ValueError naming the argument
 and the value, as torch's optimizers raise for bad values. `check_saved_groups`,
 called by `load_state_dict` before it changes anything, refuses another optimizer's state (its
-groups lack the optimizer's keys).
+groups lack the optimizer's keys), and `check_saved_shapes` a state of another rank.
 """
 
 from __future__ import annotations
@@ -73,6 +73,22 @@ def check_saved_groups(saved_groups: list[dict[str, Any]], keys: Iterable[str], 
                 f"{optimizer} state but another optimizer's (torch.optim.AdamW?). {optimizer} "
                 f"keeps {kept}, not the dense moments such a state holds; start {optimizer} from "
                 "a fresh state")
+
+
+def check_saved_shapes(saved_groups: list[dict[str, Any]],
+                       groups: list[dict[str, Any]]) -> None:
+    """ValueError naming the first param group saved with another `rank` or `oversample` than
+    the optimizer's group: the saved sketch moments have the saved rank's shapes, and loading
+    them would quietly make the optimizer that rank (and its memory that rank's)."""
+    for i, (saved, group) in enumerate(zip(saved_groups, groups, strict=False)):
+        for key in ("rank", "oversample"):
+            if saved[key] != group[key]:
+                raise ValueError(
+                    f"state_dict param group {i} was saved with {key}={saved[key]!r}, but this "
+                    f"optimizer's group {i} has {key}={group[key]!r}: the saved sketch moments "
+                    f"have {key} {saved[key]!r}'s shapes. Build the optimizer with "
+                    f"{key}={saved[key]!r} to resume, or start {key}={group[key]!r} from a fresh "
+                    "state")
 
 
 def check_int(name: str, value: Any, least: int) -> None:

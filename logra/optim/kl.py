@@ -34,12 +34,19 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def logits_of(output: Any) -> Tensor:
-    """The logits of a model's output: the tensor itself, or its `.logits` (transformers)."""
-    if isinstance(output, Tensor):
-        return output
-    logits = getattr(output, "logits", None)
+    """The logits of a model's output: the tensor itself, or its `.logits` (transformers), read
+    as a categorical distribution over the last axis. An output with fewer than two axes or two
+    classes holds no such distribution (a regression model's): a ValueError, not the softmax KL
+    of a number that is no logit (over one class it would be 0, and never clip)."""
+    logits = output if isinstance(output, Tensor) else getattr(output, "logits", None)
     if logits is None:
         raise TypeError(f"cannot find logits in a model output of type {type(output).__name__}")
+    if logits.dim() < 2 or logits.shape[-1] < 2:
+        raise ValueError(
+            f"the KL probe reads a model output of shape {tuple(logits.shape)} as the logits of a "
+            "categorical policy over its last axis, but it has fewer than two axes or classes (a "
+            "regression model?). The predicted-KL control is for categorical policies: turn it "
+            "off with predicted_kl_threshold=None")
     return logits
 
 

@@ -28,7 +28,9 @@ P L = P Pᵀ G onto span(P), which keeps G's columns (`logra.optim.updates`):
 
 and the tentative update is Δ = −lr·(U + λ·W) (decoupled weight decay λ). Parameters that are
 1-D, in a group with `sketch=False`, or too small for a sketch to save memory get AdamW's exact
-update instead. The norm-growth limiters ζ of "subspace" and "channel" are `logra.optim.limiter`.
+update instead (a matrix too small warns when its group is built, `add_param_group`); a state
+saved at another rank is refused (`load_state_dict`). The norm-growth limiters ζ of "subspace"
+and "channel" are `logra.optim.limiter`.
 Before any weight changes, the whole step is scaled once:
 
     KL̂ = ½ Δᵀ F Δ,    γ = min(1, √(δ / KL̂)),    W ← W + γ Δ
@@ -65,6 +67,7 @@ state trains within about 1 % of APOLLO there (README, "Training quality").
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -83,6 +86,7 @@ from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
     check_adamw,
     check_saved_groups,
+    check_saved_shapes,
     check_sketch,
     common_kl_control,
 )
@@ -90,7 +94,14 @@ from logra.optim.limiter import channel_limit, residual_limit
 from logra.optim.packing import FlatMoments, PackedMoments, Packings
 from logra.optim.projections import ProjectionBank
 from logra.optim.report import StepReport
-from logra.optim.units import Slot, Unit, is_sketched, partition, slots_with_grad
+from logra.optim.units import (
+    Slot,
+    Unit,
+    is_sketched,
+    partition,
+    sketch_shapes,
+    slots_with_grad,
+)
 from logra.optim.updates import (
     BlendUpdate,
     DenseUpdate,
@@ -112,6 +123,26 @@ def _component_attribute(component: str, name: str, doc: str) -> property:
     """An attribute of LoGRA that one of its components keeps, read and set through."""
     return property(lambda self: getattr(getattr(self, component), name),
                     lambda self, value: setattr(getattr(self, component), name, value), doc=doc)
+
+
+def _warn_unsketched(group: dict[str, Any], params: list) -> None:
+    """Warn, naming them, about the matrices of a group with `sketch=True` that the group's rank
+    does not fit (`units.sketch_shapes`), so that they get dense AdamW moments."""
+    if not group["sketch"]:
+        return
+    dense = [f"{name}{tuple(p.shape)}" for name, p in (
+        item if isinstance(item, tuple) else (f"parameter {i} ", item)
+        for i, item in enumerate(params))
+        if p.dim() >= 2 and sketch_shapes(p.shape, group["rank"], group["oversample"]) is None]
+    if dense:
+        warnings.warn(
+            f"LoGRA: rank={group['rank']} (oversample={group['oversample']}) does not fit "
+            f"{len(dense)} matrices of this param group, which keep AdamW's dense moments "
+            f"instead of sketches: {', '.join(dense[:5])}{', ...' if len(dense) > 5 else ''}. A "
+            "rank-r sketch of an m×n matrix (n: the trailing dims) needs r + oversample ≤ m, "
+            "r ≤ n and fewer numbers than the matrix, r·(m + n) < m·n. Lower the rank, or put "
+            "these in a param group with sketch=False to keep them dense without this warning.",
+            UserWarning, stacklevel=3)
 
 
 class LoGRA(Optimizer):
@@ -269,6 +300,7 @@ class LoGRA(Optimizer):
             p = p[1] if isinstance(p, tuple) else p
             if isinstance(p, Tensor) and p.is_complex():
                 raise TypeError(f"LoGRA does not support complex parameters (parameter {i})")
+        _warn_unsketched(merged, params)
         super().add_param_group(param_group)
 
     predicted_kl_threshold = _group_setting("predicted_kl_threshold")
@@ -676,11 +708,13 @@ class LoGRA(Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load as AdamW does, but keep the moments fp32 (torch casts them to the param dtype:
         `moments.restore_fp32`). Groups saved before the KL control's keys moved into the groups
-        take this optimizer's values."""
+        take this optimizer's values. A group saved with another rank or oversample than this
+        optimizer's is refused (`check_saved_shapes`), before anything changes."""
         state_dict = dict(state_dict)
         saved_groups = state_dict.get("param_groups", [])
         check_saved_groups(saved_groups, set(self.defaults) - set(KL_CONTROL_KEYS), "LoGRA",
                            "sketches of the moments")
+        check_saved_shapes(saved_groups, self.param_groups)
         groups = [{**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group}
                   for group in saved_groups]
         state_dict["param_groups"] = groups
