@@ -85,9 +85,9 @@ def build(model: nn.Module, **options) -> LoGRA:
     ("options", "limit"),
     [
         (dict(predicted_kl_threshold=None), 0),
-        (dict(kl_estimator="diag"), 1),
-        (dict(kl_estimator="jvp"), 1),
-        (dict(kl_estimator="calibrated", kl_probe_every=2), 1),
+        (dict(predicted_kl_threshold=0.02, kl_estimator="diag"), 1),
+        (dict(predicted_kl_threshold=0.02, kl_estimator="jvp"), 1),
+        (dict(predicted_kl_threshold=0.02, kl_estimator="calibrated", kl_probe_every=2), 1),
     ],
 )
 def test_host_reads_per_step(reconstruction: str, options: dict, limit: int) -> None:

@@ -1,7 +1,8 @@
 """LoGRA in any Hugging Face `Trainer`: its predicted KL and γ in the trainer's logs.
 
     trainer = Trainer(model, args, train_dataset=data,
-                      optimizers=(LoGRA(model.parameters(), lr=1e-6, rank=16), None))
+                      optimizers=(LoGRA(model.parameters(), lr=1e-6, rank=16,
+                                        predicted_kl_threshold=0.02), None))
     add_logra_metrics(trainer)
     trainer.train()          # trainer.state.log_history rows hold logra/gamma, ...
 

@@ -68,7 +68,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -112,6 +113,11 @@ from logra.optim.updates import (
     as_matrix,
 )
 
+# The report's settings for RL fine-tuning at 1.5B: `LoGRA(params, **REPORT_RL_SETTINGS)`. (The
+# constructor's defaults are AdamW's, with the KL control off: what a drop-in loop expects.)
+REPORT_RL_SETTINGS: Mapping[str, Any] = MappingProxyType(
+    dict(lr=1e-6, rank=16, predicted_kl_threshold=0.02))
+
 
 def _group_setting(key: str) -> property:
     """A read-only view of a KL-control key, the same in every param group (set it there)."""
@@ -148,8 +154,11 @@ def _warn_unsketched(group: dict[str, Any], params: list) -> None:
 class LoGRA(Optimizer):
     """Drop-in replacement for `torch.optim.AdamW` keeping Adam moments of gradient sketches.
 
-    The positional arguments are AdamW's (params, lr, betas, eps, weight_decay, amsgrad); every
-    other argument is keyword-only.
+    The positional arguments are AdamW's (params, lr, betas, eps, weight_decay, amsgrad), with
+    AdamW's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01); every other
+    argument is keyword-only. The KL control is off unless `predicted_kl_threshold` is given: a
+    plain AdamW loop needs no batch for it. The report's RL settings (lr 1e-6, rank 16, δ = 0.02
+    nats per token) are `LoGRA(params, **REPORT_RL_SETTINGS)`.
 
     Hyperparameters live in the param groups, as torch's optimizers keep them: `state_dict()`
     carries them and a scheduler (or user code: `group["predicted_kl_threshold"] = 0.01`) can
@@ -168,7 +177,8 @@ class LoGRA(Optimizer):
         lr, betas, eps, weight_decay: as for AdamW (weight decay decoupled), but eps > 0.
         rank: sketch rank r of every matrix in the group.
         predicted_kl_threshold: δ of the step control, in nats per token per step: the largest
-            predicted KL(π_before ‖ π_after) a step may cause; None turns the control off.
+            predicted KL(π_before ‖ π_after) a step may cause; None (default) turns the control
+            off.
         seed: seed of the projections; the same on every rank.
         cache_projections: True (default) keeps P and Q on the parameters' device between
             steps, until the next refresh epoch (m·k + n·r fp32 numbers per distinct shape; no
@@ -212,14 +222,14 @@ class LoGRA(Optimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float | Tensor = 1e-6,
+        lr: float | Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.01,
         amsgrad: bool = False,
         *,
         rank: int = 16,
-        predicted_kl_threshold: float | None = 0.02,
+        predicted_kl_threshold: float | None = None,
         seed: int = 0,
         cache_projections: bool = True,
         reconstruction: str = "gain",
