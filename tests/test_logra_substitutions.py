@@ -17,8 +17,8 @@ def test_a_rank_that_does_not_fit_a_matrix_warns_naming_it() -> None:
     sketches would hold 16·48 ≥ 24·24 numbers): both keep dense AdamW moments, and say so."""
     torch.manual_seed(0)
     conv, small, large = nn.Conv2d(3, 8, 3), nn.Linear(24, 24), nn.Linear(64, 96)
-    with pytest.warns(UserWarning, match=r"rank=16 .* 2 matrices.*conv\.weight\(8, 3, 3, 3\), "
-                                         r"small\.weight\(24, 24\)"):
+    with pytest.warns(UserWarning, match=r"rank=16 .* 2 matrices.*conv\.weight \(8, 3, 3, 3\), "
+                                         r"small\.weight \(24, 24\)"):
         LoGRA([("conv.weight", conv.weight), ("conv.bias", conv.bias),
                ("small.weight", small.weight), ("large.weight", large.weight)], rank=16)
     with pytest.warns(UserWarning, match=r"rank=40 .* 1 matrices.*parameter 0 \(96, 64\)"):

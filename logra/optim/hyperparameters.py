@@ -39,8 +39,8 @@ def check_adamw(group: dict[str, Any]) -> None:
             raise ValueError("lr as a Tensor must have one element")
     elif not is_number(lr):
         raise ValueError(f"lr must be a number or a one-element Tensor, got {type(lr).__name__} "
-                        f"{lr!r}" + (" (YAML 1.1 reads 1e-6 as a string: write 1.0e-6)"
-                                     if isinstance(lr, str) else ""))
+                         f"{lr!r}" + (" (YAML 1.1 reads 1e-6 as a string: write 1.0e-6)"
+                                      if isinstance(lr, str) else ""))
     if not float(lr) >= 0:
         raise ValueError(f"Invalid learning rate (lr): {float(lr)}")
     betas = group["betas"]
@@ -52,7 +52,7 @@ def check_adamw(group: dict[str, Any]) -> None:
     for key in ("eps", "weight_decay"):
         if not is_number(group[key]):
             raise ValueError(f"{key} must be a number, got {type(group[key]).__name__} "
-                            f"{group[key]!r}")
+                             f"{group[key]!r}")
     if not group["eps"] > 0:
         raise ValueError(f"Invalid eps: {group['eps']} (must be > 0: a zero column of a "
                          "sketch would divide 0 by 0)")

@@ -136,10 +136,10 @@ def _warn_unsketched(group: dict[str, Any], params: list) -> None:
     does not fit (`units.sketch_shapes`), so that they get dense AdamW moments."""
     if not group["sketch"]:
         return
-    dense = [f"{name}{tuple(p.shape)}" for name, p in (
-        item if isinstance(item, tuple) else (f"parameter {i} ", item)
-        for i, item in enumerate(params))
-        if p.dim() >= 2 and sketch_shapes(p.shape, group["rank"], group["oversample"]) is None]
+    named = (item if isinstance(item, tuple) else (f"parameter {i}", item)
+             for i, item in enumerate(params))
+    dense = [f"{name} {tuple(p.shape)}" for name, p in named
+             if p.dim() >= 2 and sketch_shapes(p.shape, group["rank"], group["oversample"]) is None]
     if dense:
         warnings.warn(
             f"LoGRA: rank={group['rank']} (oversample={group['oversample']}) does not fit "
