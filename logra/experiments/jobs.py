@@ -14,8 +14,12 @@ from `logra-repro reproduce --backend`).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -39,6 +43,22 @@ def _single_threaded_children() -> Iterator[None]:
             del os.environ["OMP_NUM_THREADS"]
         else:
             os.environ["OMP_NUM_THREADS"] = saved
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+
+
+def _die_with_parent(parent: int) -> None:
+    """A spawned worker's initializer: on Linux, ask for SIGTERM when the process that started
+    it dies, so that killing a sweep (its parent) does not leave its runs going as orphans
+    that still write to the results store; elsewhere nothing. If the parent is already gone,
+    exit at once."""
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the request was in place
+        os._exit(1)
 
 
 def available_cpus() -> int:
@@ -71,9 +91,10 @@ def run_jobs(jobs: list[tuple[Callable[..., Any], tuple]], workers: int, desc: s
     one per available core.
 
     Jobs are handed out in the order given (put the longest first). The first failure cancels
-    what has not started and is raised. `backend` "ray" runs every job as a Ray task instead
-    (`workers` is then unused; `gpus` True gives each task a GPU, None each whose config asks
-    for one: `ray_backend.wants_gpu`); None is LOGRA_BACKEND's choice, else "local".
+    what has not started and is raised. The workers end with this process, however it ends.
+    `backend` "ray" runs every job as a Ray task instead (`workers` is then unused; `gpus` True
+    gives each task a GPU, None each whose config asks for one: `ray_backend.wants_gpu`); None
+    is LOGRA_BACKEND's choice, else "local".
     """
     if backend_name(backend) == "ray":
         from logra.experiments import ray_backend
@@ -89,8 +110,9 @@ def run_jobs(jobs: list[tuple[Callable[..., Any], tuple]], workers: int, desc: s
         bar.close()
         return results
     context = multiprocessing.get_context("spawn")
-    with _single_threaded_children(), ProcessPoolExecutor(min(workers, len(jobs)),
-                                                          mp_context=context) as pool:
+    with _single_threaded_children(), ProcessPoolExecutor(
+            min(workers, len(jobs)), mp_context=context, initializer=_die_with_parent,
+            initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(jobs)}
         try:
             for future in as_completed(futures):
