@@ -6,7 +6,7 @@ quiet.install()  # before any import of tqdm.auto, peft or bitsandbytes
 # `provenance` has read the package's sources on import, before any of them ran: the code
 # that keys cached results is the code this process loaded
 
-from logra.optim import LoGRA, RandomProjectionAdam  # noqa: E402
+from logra.optim import REPORT_RL_SETTINGS, LoGRA, RandomProjectionAdam  # noqa: E402
 
-__all__ = ["LoGRA", "RandomProjectionAdam"]
+__all__ = ["REPORT_RL_SETTINGS", "LoGRA", "RandomProjectionAdam"]
 __version__ = "0.1.0"

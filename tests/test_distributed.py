@@ -280,7 +280,7 @@ def fsdp_runs(rank: int, checkpoint_dir: Path) -> dict:
         results[name] = dict(weights=full_weights(model), gammas=gammas)
 
     model = sharded(seed=0)
-    opt = LoGRA(model.parameters(), kl_estimator="jvp")
+    opt = LoGRA(model.parameters(), kl_estimator="jvp", predicted_kl_threshold=0.02)
     model(torch.ones(2, 48)).sum().backward()
     with pytest.raises(NotImplementedError, match="jvp"):
         opt.step()
@@ -419,3 +419,17 @@ def test_a_shard_without_rows_views_as_a_matrix() -> None:
     from logra.optim.updates import as_matrix
 
     assert as_matrix(torch.zeros(0, 4, 3, 3)).shape == (0, 36)
+
+
+def test_a_bare_cuda_device_becomes_an_indexed_one(monkeypatch) -> None:
+    """`torch.cuda.set_device` refuses a bare "cuda" (torch 2.11, seen on an H200: the GRPO
+    runner failed at start with device="cuda"); one process takes the current CUDA device,
+    each of several ranks its LOCAL_RANK's."""
+    from logra.rl.distributed import DataParallel
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert DataParallel().device(torch.device("cuda")) == torch.device("cuda", 3)
+    assert DataParallel().device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert DataParallel().device(torch.device("cpu")) == torch.device("cpu")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert DataParallel(rank=1, world=2).device(torch.device("cuda")) == torch.device("cuda", 1)

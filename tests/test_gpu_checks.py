@@ -44,6 +44,10 @@ def test_every_section_runs_tiny_on_the_cpu(tmp_path) -> None:
     grpo = pd.read_csv(tmp_path / "grpo.csv")
     assert list(grpo["optimizer"]) == ["adamw", "logra-none", "logra-calibrated"]
     assert (grpo["seconds_per_step"] > 0).all()
+    compiled = pd.read_csv(tmp_path / "compiled.csv")
+    assert list(compiled["mode"].unique()) == ["eager", "compiled"]
+    assert compiled["clipped"].all() and compiled["probed"].all()  # the probe runs every step
+    assert (compiled["gamma"] < 1).all()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")

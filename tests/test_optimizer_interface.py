@@ -4,12 +4,13 @@ argument, other optimizers' states refused, and the KL control's keys in the par
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from logra import LoGRA, RandomProjectionAdam
+from logra import REPORT_RL_SETTINGS, LoGRA, RandomProjectionAdam
 from logra.optim.hyperparameters import KL_CONTROL_KEYS
 
 
@@ -47,13 +48,13 @@ def test_naive_positional_arguments_follow_adamw() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "error", "culprit"), [
-    (dict(lr="1e-3"), TypeError, "lr must be a number.*YAML"),
-    (dict(betas=0.9), TypeError, "betas must be a pair"),
+    (dict(lr="1e-3"), ValueError, "lr must be a number.*YAML"),
+    (dict(betas=0.9), ValueError, "betas must be a pair"),
     (dict(betas=(0.9, 1.0)), ValueError, "betas"),
     (dict(eps=-1e-8), ValueError, "eps"),
     (dict(weight_decay=-0.1), ValueError, "weight_decay"),
     (dict(rank=0), ValueError, "rank"),
-    (dict(seed=1.5), TypeError, "seed"),
+    (dict(seed=1.5), ValueError, "seed"),
 ])
 def test_naive_bad_hyperparameters_name_the_argument(kwargs, error, culprit) -> None:
     with pytest.raises(error, match=culprit):
@@ -175,3 +176,28 @@ def test_an_adamw_state_is_named_as_not_logra() -> None:
     adamw.step()
     with pytest.raises(ValueError, match="not a LoGRA state"):
         LoGRA(net.parameters()).load_state_dict(adamw.state_dict())
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def test_the_defaults_are_adamw_s_with_the_control_off() -> None:
+    """A drop-in: AdamW's lr, betas, eps and weight decay, and no KL control, so a plain loop
+    steps without a batch to probe and without a warning; the report's RL settings are a
+    preset."""
+    net = model()
+    opt, adamw = LoGRA(net.parameters()), torch.optim.AdamW(net.parameters())
+    keys = ("lr", "betas", "eps", "weight_decay")
+    assert {k: opt.defaults[k] for k in keys} == {k: adamw.defaults[k] for k in keys}
+    assert opt.predicted_kl_threshold is None and opt.step_threshold() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(2):
+            backward(net, step)
+            opt.step()
+    assert opt.last_step["gamma"] == 1.0 and not opt.last_step["kl_probed"]
+    report = LoGRA(model().parameters(), **REPORT_RL_SETTINGS)
+    assert (report.defaults["lr"], report.predicted_kl_threshold, report.defaults["rank"]) == (
+        1e-6, 0.02, 16)
+    with pytest.raises(TypeError):
+        REPORT_RL_SETTINGS["lr"] = 1e-3  # read-only: copy it to change a setting

@@ -36,7 +36,7 @@ def test_projections_are_kept_on_their_device_unless_told(device: str, cache: bo
 
 def test_the_default_caches_and_none_is_refused() -> None:
     assert LoGRA([nn.Parameter(torch.zeros(8, 8))]).cache_projections is True
-    with pytest.raises(TypeError, match="cache_projections must be True or False, got None"):
+    with pytest.raises(ValueError, match="cache_projections must be True or False, got None"):
         LoGRA([nn.Parameter(torch.zeros(8, 8))], cache_projections=None)
 
 

@@ -85,9 +85,9 @@ def build(model: nn.Module, **options) -> LoGRA:
     ("options", "limit"),
     [
         (dict(predicted_kl_threshold=None), 0),
-        (dict(kl_estimator="diag"), 1),
-        (dict(kl_estimator="jvp"), 1),
-        (dict(kl_estimator="calibrated", kl_probe_every=2), 1),
+        (dict(predicted_kl_threshold=0.02, kl_estimator="diag"), 1),
+        (dict(predicted_kl_threshold=0.02, kl_estimator="jvp"), 1),
+        (dict(predicted_kl_threshold=0.02, kl_estimator="calibrated", kl_probe_every=2), 1),
     ],
 )
 def test_host_reads_per_step(reconstruction: str, options: dict, limit: int) -> None:
@@ -113,16 +113,32 @@ def test_a_skipped_step_with_the_control_off_changes_nothing_and_is_counted() ->
     nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.roll(1).flatten()).backward()
     model[3].weight.grad[0, 0] = math.nan
     opt.step()
-    assert isinstance(opt.last_step["skipped"], torch.Tensor) and bool(opt.last_step["skipped"])
-    assert float(opt.last_step["gamma"]) == 0.0
-    assert opt.skipped_steps == 1 and int(opt.last_step["skipped_steps"]) == 1
+    assert opt.last_step["skipped"] is True and opt.last_step["gamma"] == 0.0
+    assert opt.skipped_steps == 1 and opt.last_step["skipped_steps"] == 1
     assert opt.state_dict()["skipped_steps"] == 1
     for before, p in zip(weights, model.parameters(), strict=True):
         assert torch.equal(before, p)
     for (i, k), before in moments.items():
         assert torch.equal(before, list(opt.state.values())[i][k]), k
     reads_per_step(opt, model, ids, steps=1)  # the next sane step proceeds
-    assert not bool(opt.last_step["skipped"]) and opt.skipped_steps == 1
+    assert opt.last_step["skipped"] is False and opt.skipped_steps == 1
+
+
+@pytest.mark.parametrize(("threshold", "reads"), [(None, 3), (1e-3, 0)])
+def test_last_step_reads_as_python_scalars_with_the_control_on_or_off(threshold, reads) -> None:
+    """γ, the skip and the count are a float, a bool and an int either way; with the control
+    off they wait on the device (the step reads nothing) until the caller reads them."""
+    model = policy()
+    ids = torch.randint(0, 40, (4, 12), generator=torch.Generator().manual_seed(1))
+    opt = build(model, predicted_kl_threshold=threshold, kl_estimator="diag")
+    assert reads_per_step(opt, model, ids, steps=1) == [0 if threshold is None else 1]
+    record = opt.last_step
+    with host_reads([]) as counted:
+        values = [record[key] for key in ("gamma", "skipped", "skipped_steps")]
+        assert [record[key] for key in ("gamma", "skipped", "skipped_steps")] == values
+    assert len(counted) == reads  # each read once, then kept
+    assert [type(v) for v in values] == [float, bool, int] and values == [1.0, False, 0]
+    assert dict(record) == {key: record[key] for key in record}
 
 
 def test_skips_counted_on_the_device_ride_along_with_the_control_s_one_read() -> None:

@@ -112,6 +112,15 @@ def test_subclass_refuses_a_second_optimizer_and_fixed_options(tmp_path: Path, t
                          processing_class=tokenizer, logra=dict(lr=1.0))
 
 
+def test_subclass_keeps_the_report_s_delta_unless_told(tmp_path: Path, tiny_qwen2) -> None:
+    """LoGRA's own default is the control off; the RL trainer keeps it on at the report's δ."""
+    model, tokenizer, prompts, config = grpo_setup(tmp_path, tiny_qwen2)
+    for logra, delta in ((dict(rank=4), 0.02), (dict(rank=4, predicted_kl_threshold=None), None)):
+        trainer = LoGRAGRPOTrainer(model, digit_share, args=config, train_dataset=prompts,
+                                   processing_class=tokenizer, logra=logra)
+        assert trainer.create_optimizer().predicted_kl_threshold == delta
+
+
 def test_the_script_passes_every_grpo_config_option_through(load_script) -> None:
     """TrlParser: GRPOConfig's options on the command line and in a --config file; no
     hard-coded report_to or save_strategy."""

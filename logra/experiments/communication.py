@@ -177,7 +177,7 @@ def copy_model(model_config: Any, state: dict[str, Tensor]) -> nn.Module:
 def measured_optimizer(cfg: dict[str, Any], model: nn.Module) -> LoGRA:
     """LoGRA with every group Nyström (so the hook compresses what it can), seed fixed."""
     return LoGRA(groups(model, cfg["measured_rank"], cfg["measured_embedding_rank"], "nystrom"),
-                 lr=cfg["lr"], seed=cfg["seed"])
+                 lr=cfg["lr"], seed=cfg["seed"], predicted_kl_threshold=0.02)
 
 
 def train(cfg: dict[str, Any], model: nn.Module, inner: nn.Module, opt: LoGRA,
@@ -267,7 +267,7 @@ def tensor_parallel_refusal() -> str:
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 16))
     parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    opt = LoGRA(mlp.parameters(), rank=2)
+    opt = LoGRA(mlp.parameters(), lr=1e-6, rank=2, predicted_kl_threshold=0.02)
     mlp(torch.randn(4, 16)).square().mean().backward()
     try:
         opt.step()

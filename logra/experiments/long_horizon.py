@@ -190,8 +190,8 @@ def probe_update(opt: LoGRA, reconstruction: str, weights: list[Tensor], grads: 
     state = copy.deepcopy(opt.state_dict())
     for group in state["param_groups"]:
         group["reconstruction"] = reconstruction
-    probe = LoGRA(params, predicted_kl_threshold=None, refresh_every=opt.refresh_every,
-                  reconstruction=reconstruction)
+    probe = LoGRA(params, rank=opt.param_groups[0]["rank"], predicted_kl_threshold=None,
+                  refresh_every=opt.refresh_every, reconstruction=reconstruction)
     probe.load_state_dict(state)
     for p, g in zip(params, grads, strict=True):
         p.grad = g

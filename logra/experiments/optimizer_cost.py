@@ -13,9 +13,9 @@ Cases (`cases` in experiments/optimizer_cost.yaml):
     proxy-16m     a proxy policy of the ladder (any proxy scale name), randomly initialised
                   (timing does not depend on the weights)
 
-Optimizers: LoGRA at each rank of `logra_ranks` (defaults otherwise: gain reconstruction,
-δ = 0.02 with the calibrated estimate, which without a batch or a reported KL does not clip,
-projections cached between steps), the same at `baseline_rank` regenerating its projections
+Optimizers: LoGRA at each rank of `logra_ranks` (gain reconstruction, δ = 0.02 with the
+calibrated estimate, which without a batch or a reported KL does not clip, projections cached
+between steps), the same at `baseline_rank` regenerating its projections
 every step ("-regenerate": `cache_projections=False`), AdamW foreach and fused (both
 baselines of every table), torch.optim.Adafactor, the naive random projection, and GaLore /
 APOLLO where their packages are installed (rank `baseline_rank`; built by `logra.optimizers`,
@@ -119,7 +119,8 @@ def optimizer_builders(
         "adamw-fused": lambda m: torch.optim.AdamW(m.parameters(), lr=lr, fused=True),
     }
     for rank in cfg["logra_ranks"]:
-        builders[f"logra-r{rank}"] = lambda m, r=rank: LoGRA(m.parameters(), lr=lr, rank=r)
+        builders[f"logra-r{rank}"] = lambda m, r=rank: LoGRA(m.parameters(), lr=lr, rank=r,
+                                                             predicted_kl_threshold=0.02)
     rank = cfg["baseline_rank"]
     for estimator in cfg["control_estimators"]:
         if estimator not in CONTROL_ESTIMATORS:
@@ -130,7 +131,8 @@ def optimizer_builders(
         builders[f"logra-r{rank}-{estimator}"] = (
             lambda m, e=estimator: logra_with_control(m, lr, rank, e, cfg["kl_batch"]))
     builders[f"logra-r{rank}-regenerate"] = lambda m: LoGRA(m.parameters(), lr=lr, rank=rank,
-                                                          cache_projections=False)
+                                                          cache_projections=False,
+                                                          predicted_kl_threshold=0.02)
     builders[f"naive-r{rank}"] = lambda m: RandomProjectionAdam(m.parameters(), lr=lr, rank=rank)
     builders["adafactor"] = lambda m: torch.optim.Adafactor(m.parameters(), lr=lr)
     settings = dict(lr=lr, weight_decay=0.0, rank=rank, seed=0)
@@ -147,7 +149,8 @@ def logra_with_control(model: nn.Module, lr: float, rank: int, estimator: str,
     """LoGRA with the KL control off ("none") or on with `estimator`, probing a random batch."""
     if estimator == "none":
         return LoGRA(model.parameters(), lr=lr, rank=rank, predicted_kl_threshold=None)
-    optimizer = LoGRA(model.parameters(), lr=lr, rank=rank, kl_estimator=estimator)
+    optimizer = LoGRA(model.parameters(), lr=lr, rank=rank, kl_estimator=estimator,
+                      predicted_kl_threshold=0.02)
     if estimator != "diag":
         device = next(model.parameters()).device
         ids = torch.randint(1, model.config.vocab_size, tuple(kl_batch), device=device,

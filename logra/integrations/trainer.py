@@ -1,7 +1,8 @@
 """LoGRA in any Hugging Face `Trainer`: its predicted KL and γ in the trainer's logs.
 
     trainer = Trainer(model, args, train_dataset=data,
-                      optimizers=(LoGRA(model.parameters(), lr=1e-6, rank=16), None))
+                      optimizers=(LoGRA(model.parameters(), lr=1e-6, rank=16,
+                                        predicted_kl_threshold=0.02), None))
     add_logra_metrics(trainer)
     trainer.train()          # trainer.state.log_history rows hold logra/gamma, ...
 
@@ -85,7 +86,7 @@ class LoGRAMetrics(TrainerCallback):
             logra.attach(model, token_mask_fn=completion_mask, inputs_fn=logits_inputs)
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs) -> None:
-        self.window.append(dict(self._logra(optimizer).last_step))
+        self.window.append(self._logra(optimizer).last_step)  # read at on_log, not each step
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         if not self.window or logs is None:

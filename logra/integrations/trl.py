@@ -4,7 +4,8 @@ Two ways in:
 
     # 1. a ready-made optimizer (single process, DDP)
     trainer = GRPOTrainer(model, reward_funcs, args=config, train_dataset=data,
-                          optimizers=(LoGRA(model.parameters(), lr=..., rank=16), None))
+                          optimizers=(LoGRA(model.parameters(), lr=..., rank=16,
+                                            predicted_kl_threshold=0.02), None))
     add_logra_metrics(trainer)      # logra.integrations.trainer: any Hugging Face Trainer
 
     # 2. the optimizer built by the trainer, after Accelerate has wrapped the model: the path
@@ -13,7 +14,8 @@ Two ways in:
                                logra=dict(rank=16, predicted_kl_threshold=0.02))
 
 `LoGRAGRPOTrainer` takes lr, betas, eps and weight decay from the `GRPOConfig` (weight decay
-off for biases and norms, as `Trainer` does) and everything else from `logra`, which may also
+off for biases and norms, as `Trainer` does) and everything else from `logra` (the KL control
+on at the report's δ = 0.02 unless `logra` sets `predicted_kl_threshold`), which may also
 hold `embedding_rank`: the sketch rank of the input embedding and output head
 (docs/design.md §1.4: they typically want r ≥ 64), in a param group of their own.
 
@@ -45,7 +47,7 @@ from torch import nn
 from trl import GRPOTrainer
 
 from logra.integrations.trainer import add_logra_metrics
-from logra.optim import LoGRA
+from logra.optim import REPORT_RL_SETTINGS, LoGRA
 
 
 class LoGRAGRPOTrainer(GRPOTrainer):
@@ -53,8 +55,8 @@ class LoGRAGRPOTrainer(GRPOTrainer):
     reporting callbacks, `add_logra_metrics`).
 
     Args: those of `GRPOTrainer` (except `optimizers`), plus `logra`: keyword arguments of
-    `LoGRA` other than lr, betas, eps and weight_decay, which come from `args`, and optionally
-    `embedding_rank`.
+    `LoGRA` other than lr, betas, eps and weight_decay, which come from `args` (and with
+    `predicted_kl_threshold` the report's 0.02 unless given), and optionally `embedding_rank`.
     """
 
     def __init__(self, *args: Any, logra: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -72,7 +74,8 @@ class LoGRAGRPOTrainer(GRPOTrainer):
         """LoGRA over the trainable parameters, grouped by (weight decay, embedding or not)."""
         if self.optimizer is None:
             model = self.model if model is None else model
-            options = dict(self.logra_options)
+            options = {"predicted_kl_threshold": REPORT_RL_SETTINGS["predicted_kl_threshold"],
+                       **self.logra_options}
             embedding_rank = options.pop("embedding_rank", None)
             embeddings = set()
             if embedding_rank is not None:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -62,6 +62,7 @@ from logra.optim.distributed import all_reduce_sum
 from logra.optim.kl import (
     BatchRecorder,
     batch_rows,
+    eager_module,
     fisher_quadratic,
     logits_jvp,
     predicted_kl_jvp,
@@ -73,6 +74,14 @@ from logra.optim.kl import (
 _CALLER_OF_STEP = 6
 # A measured KL between two close policies can come out this far below 0 by fp32 round-off.
 ROUND_OFF_KL = 1e-6
+# Why an attached model's hook may have recorded nothing, and what to do.
+_UNSEEN_BATCH = (
+    "optimizer.attach(model) is in place, but its hook has recorded no forward pass of that "
+    "module. If the training loop calls torch.compile(model), attach the compiled module "
+    "(optimizer.attach(compiled)) or attach before its first call: dynamo does not run a hook "
+    "added to a module it has already compiled. Or give the batch with "
+    "optimizer.set_kl_batch(model, ...)."
+)
 
 
 class FisherTerm(Protocol):
@@ -131,9 +140,11 @@ class KLControl:
         token_mask_fn: Callable[[tuple, dict], Tensor | None] | None,
         inputs_fn: Callable[[tuple, dict], tuple[tuple, dict]] | None,
     ) -> None:
-        """Record `model`'s last batch with a gradient for the probe (`LoGRA.attach`)."""
+        """Record `model`'s last batch with a gradient for the probe (`LoGRA.attach`). The hook
+        goes on `model` itself: a `torch.compile` wrapper runs its hooks eagerly on every call,
+        and the probe replays the batch on the eager module inside it (`eager_module`)."""
         self.detach()
-        self._model = model
+        self._model = eager_module(model)
         self._recorder = BatchRecorder(model, token_mask_fn, inputs_fn)
 
     def detach(self) -> None:
@@ -145,8 +156,9 @@ class KLControl:
     def set_batch(
         self, model: nn.Module, args: tuple, kwargs: dict[str, Any], token_mask: Tensor | None
     ) -> None:
-        """Probe on `model(*args, **kwargs)`, counting the tokens of `token_mask`."""
-        self._model = model
+        """Probe on `model(*args, **kwargs)` (its eager module if compiled), counting the tokens
+        of `token_mask`."""
+        self._model = eager_module(model)
         self._batch = (args, kwargs, token_mask)
 
     @property
@@ -163,7 +175,7 @@ class KLControl:
             raise ValueError(f"observe_reference_kl needs a KL ≥ 0, got {kl}")
         self.reference_kls = [*self.reference_kls, kl][-window:]
 
-    def observe_kl(self, last_step: dict[str, Any], kl: float) -> bool:
+    def observe_kl(self, last_step: Mapping[str, Any], kl: float) -> bool:
         """Fit the pair (γ²·d, kl) of the step `last_step` describes (`LoGRA.last_step`): its
         applied diagonal estimate and the KL the trainer measured. Whether the pair was used.
 
@@ -176,7 +188,7 @@ class KLControl:
                              f"token (finite, >= 0), got {kl}")
         if (not last_step or not math.isfinite(last_step.get("diag_kl", math.nan))
                 or last_step["skipped"]):
-            return False  # diag_kl first: a control-off step's `skipped` is a device tensor
+            return False  # diag_kl first: a control-off step's `skipped` is read off the device
         return self.fit.observe(last_step["gamma"] ** 2 * last_step["diag_kl"], float(kl))
 
     # ------------------------------------------------------------------ one step
@@ -218,6 +230,9 @@ class KLControl:
         elif self._recorder is not None and self._recorder.has_batch:
             recorder = self._recorder
             inputs = (self._model, *recorder.replay(), recorder.token_mask())
+        elif self._recorder is not None:
+            raise RuntimeError(f"kl_estimator={settings['kl_estimator']!r} needs a batch: "
+                               + _UNSEEN_BATCH)
         else:
             raise RuntimeError(
                 f"kl_estimator={settings['kl_estimator']!r} needs a batch: call "
@@ -286,12 +301,14 @@ class KLControl:
         if self._warned_uncalibrated:
             return
         self._warned_uncalibrated = True
+        what_to_do = (_UNSEEN_BATCH if self._recorder is not None else
+                      "Call optimizer.attach(model) (the JVP probe replays the model's last "
+                      "batch), or optimizer.set_kl_batch(model, ...).")
         warnings.warn(
             f"LoGRA: predicted_kl_threshold={settings['predicted_kl_threshold']} asks for a step "
             "bound in nats, but there is no batch to probe the KL on and nothing to calibrate the "
-            "diagonal estimate from, so the control does not act. Call optimizer.attach(model) "
-            "(the JVP probe replays the model's last batch), or optimizer.set_kl_batch(model, "
-            "...), or report each step's measured KL with optimizer.observe_kl(kl).",
+            f"diagonal estimate from, so the control does not act. {what_to_do} Or report each "
+            "step's measured KL with optimizer.observe_kl(kl).",
             UserWarning, stacklevel=_CALLER_OF_STEP,
         )
 

@@ -2,10 +2,11 @@
 
 `check_adamw` covers what LoGRA and the naive projection share with `torch.optim.AdamW` (lr,
 betas, eps, weight_decay), `check_sketch` LoGRA's sketch keys, and `check_kl_control` the keys of
-LoGRA's predicted-KL step control (`KL_CONTROL_KEYS`). A value of the wrong type is a TypeError,
-one out of range a ValueError; both name the argument and the value. `check_saved_groups`,
+LoGRA's predicted-KL step control (`KL_CONTROL_KEYS`). A bad value, of the wrong type (a string
+read from a config, a bare float for betas) or out of range, is a ValueError naming the argument
+and the value, as torch's optimizers raise for bad values. `check_saved_groups`,
 called by `load_state_dict` before it changes anything, refuses another optimizer's state (its
-groups lack the optimizer's keys).
+groups lack the optimizer's keys), and `check_saved_shapes` a state of another rank.
 """
 
 from __future__ import annotations
@@ -37,21 +38,21 @@ def check_adamw(group: dict[str, Any]) -> None:
         if lr.numel() != 1:
             raise ValueError("lr as a Tensor must have one element")
     elif not is_number(lr):
-        raise TypeError(f"lr must be a number or a one-element Tensor, got {type(lr).__name__} "
-                        f"{lr!r}" + (" (YAML 1.1 reads 1e-6 as a string: write 1.0e-6)"
-                                     if isinstance(lr, str) else ""))
+        raise ValueError(f"lr must be a number or a one-element Tensor, got {type(lr).__name__} "
+                         f"{lr!r}" + (" (YAML 1.1 reads 1e-6 as a string: write 1.0e-6)"
+                                      if isinstance(lr, str) else ""))
     if not float(lr) >= 0:
         raise ValueError(f"Invalid learning rate (lr): {float(lr)}")
     betas = group["betas"]
     if not isinstance(betas, tuple | list) or len(betas) != 2 \
             or not all(is_number(b) or isinstance(b, Tensor) for b in betas):
-        raise TypeError(f"betas must be a pair of numbers (beta1, beta2), got {betas!r}")
+        raise ValueError(f"betas must be a pair of numbers (beta1, beta2), got {betas!r}")
     if not all(0.0 <= float(b) < 1.0 for b in betas):
         raise ValueError(f"Invalid betas: {betas} (each must lie in [0, 1))")
     for key in ("eps", "weight_decay"):
         if not is_number(group[key]):
-            raise TypeError(f"{key} must be a number, got {type(group[key]).__name__} "
-                            f"{group[key]!r}")
+            raise ValueError(f"{key} must be a number, got {type(group[key]).__name__} "
+                             f"{group[key]!r}")
     if not group["eps"] > 0:
         raise ValueError(f"Invalid eps: {group['eps']} (must be > 0: a zero column of a "
                          "sketch would divide 0 by 0)")
@@ -74,6 +75,22 @@ def check_saved_groups(saved_groups: list[dict[str, Any]], keys: Iterable[str], 
                 "a fresh state")
 
 
+def check_saved_shapes(saved_groups: list[dict[str, Any]],
+                       groups: list[dict[str, Any]]) -> None:
+    """ValueError naming the first param group saved with another `rank` or `oversample` than
+    the optimizer's group: the saved sketch moments have the saved rank's shapes, and loading
+    them would quietly make the optimizer that rank (and its memory that rank's)."""
+    for i, (saved, group) in enumerate(zip(saved_groups, groups, strict=False)):
+        for key in ("rank", "oversample"):
+            if saved[key] != group[key]:
+                raise ValueError(
+                    f"state_dict param group {i} was saved with {key}={saved[key]!r}, but this "
+                    f"optimizer's group {i} has {key}={group[key]!r}: the saved sketch moments "
+                    f"have {key} {saved[key]!r}'s shapes. Build the optimizer with "
+                    f"{key}={saved[key]!r} to resume, or start {key}={group[key]!r} from a fresh "
+                    "state")
+
+
 def check_int(name: str, value: Any, least: int) -> None:
     """`value` an int (not a bool) ≥ `least`, else a ValueError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -91,7 +108,7 @@ def check_sketch(group: dict[str, Any]) -> None:
     if not is_number(group["rtol"]) or not 0 <= group["rtol"] < 1:
         raise ValueError(f"Invalid rtol: {group['rtol']!r} (must lie in [0, 1))")
     if not isinstance(group["sketch"], bool):
-        raise TypeError(f"sketch must be a bool, got {group['sketch']!r}")
+        raise ValueError(f"sketch must be a bool, got {group['sketch']!r}")
 
 
 def check_kl_control(group: dict[str, Any]) -> None:

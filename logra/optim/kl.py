@@ -15,10 +15,14 @@ et al. 2015) and ACKTR (Wu et al. 2017).
 
 PyTorch's fused SDPA kernels have no forward-mode derivative, so the JVP runs under
 `sdpa_kernel(SDPBackend.MATH)`, which every attention implementation of `transformers` accepts.
+Nor do the kernels `torch.compile` generates (inductor calls out= variants such as `addmm_out`):
+the JVP runs the eager module a compiled wrapper holds (`eager_module`), and under the compiler's
+"force_eager" stance (torch ≥ 2.6) any compiled part inside it runs eagerly too.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,13 +34,32 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def logits_of(output: Any) -> Tensor:
-    """The logits of a model's output: the tensor itself, or its `.logits` (transformers)."""
-    if isinstance(output, Tensor):
-        return output
-    logits = getattr(output, "logits", None)
+    """The logits of a model's output: the tensor itself, or its `.logits` (transformers), read
+    as a categorical distribution over the last axis. An output with fewer than two axes or two
+    classes holds no such distribution (a regression model's): a ValueError, not the softmax KL
+    of a number that is no logit (over one class it would be 0, and never clip)."""
+    logits = output if isinstance(output, Tensor) else getattr(output, "logits", None)
     if logits is None:
         raise TypeError(f"cannot find logits in a model output of type {type(output).__name__}")
+    if logits.dim() < 2 or logits.shape[-1] < 2:
+        raise ValueError(
+            f"the KL probe reads a model output of shape {tuple(logits.shape)} as the logits of a "
+            "categorical policy over its last axis, but it has fewer than two axes or classes (a "
+            "regression model?). The predicted-KL control is for categorical policies: turn it "
+            "off with predicted_kl_threshold=None")
     return logits
+
+
+def eager_module(model: nn.Module) -> nn.Module:
+    """The module a `torch.compile(module)` wrapper runs eagerly (its `_orig_mod`), else `model`."""
+    original = getattr(model, "_orig_mod", None)
+    return original if isinstance(original, nn.Module) else model
+
+
+def _eager() -> contextlib.AbstractContextManager:
+    """Compiled code runs eagerly inside (torch ≥ 2.6: the "force_eager" stance), else nothing."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance else contextlib.nullcontext()
 
 
 def _token_mean(values: Tensor, token_mask: Tensor | None) -> Tensor:
@@ -103,7 +126,7 @@ def logits_jvp(
     was_training = model.training
     model.eval()
     try:
-        with sdpa_kernel(SDPBackend.MATH), forward_ad.dual_level():
+        with _eager(), sdpa_kernel(SDPBackend.MATH), forward_ad.dual_level():
             duals = {name: forward_ad.make_dual(named[name].detach(),
                                                 tangent.to(named[name].dtype))
                      for name, tangent in delta.items()}

@@ -28,7 +28,9 @@ P L = P Pᵀ G onto span(P), which keeps G's columns (`logra.optim.updates`):
 
 and the tentative update is Δ = −lr·(U + λ·W) (decoupled weight decay λ). Parameters that are
 1-D, in a group with `sketch=False`, or too small for a sketch to save memory get AdamW's exact
-update instead. The norm-growth limiters ζ of "subspace" and "channel" are `logra.optim.limiter`.
+update instead (a matrix too small warns when its group is built, `add_param_group`); a state
+saved at another rank is refused (`load_state_dict`). The norm-growth limiters ζ of "subspace"
+and "channel" are `logra.optim.limiter`.
 Before any weight changes, the whole step is scaled once:
 
     KL̂ = ½ Δᵀ F Δ,    γ = min(1, √(δ / KL̂)),    W ← W + γ Δ
@@ -65,7 +67,9 @@ state trains within about 1 % of APOLLO there (README, "Training quality").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -83,6 +87,7 @@ from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
     check_adamw,
     check_saved_groups,
+    check_saved_shapes,
     check_sketch,
     common_kl_control,
 )
@@ -90,7 +95,14 @@ from logra.optim.limiter import channel_limit, residual_limit
 from logra.optim.packing import FlatMoments, PackedMoments, Packings
 from logra.optim.projections import ProjectionBank
 from logra.optim.report import StepReport
-from logra.optim.units import Slot, Unit, is_sketched, partition, slots_with_grad
+from logra.optim.units import (
+    Slot,
+    Unit,
+    is_sketched,
+    partition,
+    sketch_shapes,
+    slots_with_grad,
+)
 from logra.optim.updates import (
     BlendUpdate,
     DenseUpdate,
@@ -100,6 +112,11 @@ from logra.optim.updates import (
     Update,
     as_matrix,
 )
+
+# The report's settings for RL fine-tuning at 1.5B: `LoGRA(params, **REPORT_RL_SETTINGS)`. (The
+# constructor's defaults are AdamW's, with the KL control off: what a drop-in loop expects.)
+REPORT_RL_SETTINGS: Mapping[str, Any] = MappingProxyType(
+    dict(lr=1e-6, rank=16, predicted_kl_threshold=0.02))
 
 
 def _group_setting(key: str) -> property:
@@ -114,11 +131,34 @@ def _component_attribute(component: str, name: str, doc: str) -> property:
                     lambda self, value: setattr(getattr(self, component), name, value), doc=doc)
 
 
+def _warn_unsketched(group: dict[str, Any], params: list) -> None:
+    """Warn, naming them, about the matrices of a group with `sketch=True` that the group's rank
+    does not fit (`units.sketch_shapes`), so that they get dense AdamW moments."""
+    if not group["sketch"]:
+        return
+    named = (item if isinstance(item, tuple) else (f"parameter {i}", item)
+             for i, item in enumerate(params))
+    dense = [f"{name} {tuple(p.shape)}" for name, p in named
+             if p.dim() >= 2 and sketch_shapes(p.shape, group["rank"], group["oversample"]) is None]
+    if dense:
+        warnings.warn(
+            f"LoGRA: rank={group['rank']} (oversample={group['oversample']}) does not fit "
+            f"{len(dense)} matrices of this param group, which keep AdamW's dense moments "
+            f"instead of sketches: {', '.join(dense[:5])}{', ...' if len(dense) > 5 else ''}. A "
+            "rank-r sketch of an m×n matrix (n: the trailing dims) needs r + oversample ≤ m, "
+            "r ≤ n and fewer numbers than the matrix, r·(m + n) < m·n. Lower the rank, or put "
+            "these in a param group with sketch=False to keep them dense without this warning.",
+            UserWarning, stacklevel=3)
+
+
 class LoGRA(Optimizer):
     """Drop-in replacement for `torch.optim.AdamW` keeping Adam moments of gradient sketches.
 
-    The positional arguments are AdamW's (params, lr, betas, eps, weight_decay, amsgrad); every
-    other argument is keyword-only.
+    The positional arguments are AdamW's (params, lr, betas, eps, weight_decay, amsgrad), with
+    AdamW's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01); every other
+    argument is keyword-only. The KL control is off unless `predicted_kl_threshold` is given: a
+    plain AdamW loop needs no batch for it. The report's RL settings (lr 1e-6, rank 16, δ = 0.02
+    nats per token) are `LoGRA(params, **REPORT_RL_SETTINGS)`.
 
     Hyperparameters live in the param groups, as torch's optimizers keep them: `state_dict()`
     carries them and a scheduler (or user code: `group["predicted_kl_threshold"] = 0.01`) can
@@ -137,7 +177,8 @@ class LoGRA(Optimizer):
         lr, betas, eps, weight_decay: as for AdamW (weight decay decoupled), but eps > 0.
         rank: sketch rank r of every matrix in the group.
         predicted_kl_threshold: δ of the step control, in nats per token per step: the largest
-            predicted KL(π_before ‖ π_after) a step may cause; None turns the control off.
+            predicted KL(π_before ‖ π_after) a step may cause; None (default) turns the control
+            off.
         seed: seed of the projections; the same on every rank.
         cache_projections: True (default) keeps P and Q on the parameters' device between
             steps, until the next refresh epoch (m·k + n·r fp32 numbers per distinct shape; no
@@ -181,14 +222,14 @@ class LoGRA(Optimizer):
     def __init__(
         self,
         params: ParamsT,
-        lr: float | Tensor = 1e-6,
+        lr: float | Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.01,
         amsgrad: bool = False,
         *,
         rank: int = 16,
-        predicted_kl_threshold: float | None = 0.02,
+        predicted_kl_threshold: float | None = None,
         seed: int = 0,
         cache_projections: bool = True,
         reconstruction: str = "gain",
@@ -217,7 +258,7 @@ class LoGRA(Optimizer):
         self._control = KLControl(kl_calibration_window, process_group)  # validates the window
         self.projection_bank = ProjectionBank(cache_projections, refresh_every)  # and the period
         if not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+            raise ValueError(f"seed must be an int, got {type(seed).__name__}")
         defaults = dict(
             lr=lr, rank=rank, betas=betas, eps=eps, weight_decay=weight_decay,
             reconstruction=reconstruction, rtol=rtol, oversample=oversample, sketch=sketch,
@@ -238,7 +279,9 @@ class LoGRA(Optimizer):
         return dict(self.__dict__)
 
     last_step = _component_attribute(
-        "_report", "last", "The last step's KL̂, γ, skip and calibration (`logra.optim.report`).")
+        "_report", "last", "The last step's KL̂, γ, skip and calibration, Python scalars when "
+        "read; with the control off γ and the skip wait on the device until read, so that a step "
+        "makes no host synchronization (`logra.optim.report.StepRecord`).")
     skipped_steps = _component_attribute(
         "_report", "skipped_steps", "Steps skipped for a NaN or ∞ in the gradients or in Δ "
         "(reading it may synchronize with the device).")
@@ -267,6 +310,7 @@ class LoGRA(Optimizer):
             p = p[1] if isinstance(p, tuple) else p
             if isinstance(p, Tensor) and p.is_complex():
                 raise TypeError(f"LoGRA does not support complex parameters (parameter {i})")
+        _warn_unsketched(merged, params)
         super().add_param_group(param_group)
 
     predicted_kl_threshold = _group_setting("predicted_kl_threshold")
@@ -341,11 +385,15 @@ class LoGRA(Optimizer):
         parameters + gradients + state + cache-sized blocks. On a step the JVP probes (every
         step of the default estimator when it has a batch), the JVP needs Δ whole, so it is
         written into the gradient buffer (free once sketched) and applied from there: after
-        such a step `p.grad` holds the unscaled Δ, not the gradient.
+        such a step `p.grad` holds the unscaled Δ, not the gradient. Such a step also copies
+        the state of the parameters it updates before changing it (their state's size again,
+        freed when the step ends): if the probe raises, the step counters and moments are put
+        back as they were and the error propagates, the weights untouched (the gradients then
+        hold Δ).
 
         Host synchronizations: none with the control off (the finiteness flag gates the moment
         updates and masks Δ on the device, `logra.optim.gate`; `skipped_steps` and `last_step`'s
-        "gamma", "skipped", "skipped_steps" are then device scalars, read when the caller reads
+        "gamma", "skipped", "skipped_steps" then wait on the device until the caller reads
         them), and one with it on: the flag and the prediction read together. (The "subspace"
         rule's norm limiter reads one more scalar per matrix.) With the control off a skipped
         step still advances the host-side step counters, which the flag never reaches.
@@ -363,6 +411,9 @@ class LoGRA(Optimizer):
         kl_inputs = (self._control.probe_inputs(settings, [(s.name, s.param) for s in slots])
                      if probe else None)  # fails before any state changes
 
+        # a probe can fail (an op without a forward derivative, memory): the states it would
+        # leave half-stepped are copied first, and put back if it does
+        saved = moments.snapshot(self.state, [s.param for s in slots]) if probe else None
         units = partition(slots, self.state)
         sketches = [self._sketch_unit(unit) for unit in units]
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
@@ -388,8 +439,13 @@ class LoGRA(Optimizer):
         if probe:
             for update in updates:
                 update.store_delta()
-            params = [s.param for s in slots]
-            scalars.append(self._control.jvp_kl(params, *kl_inputs).to(gate.ok.device))
+            try:
+                scalars.append(self._control.jvp_kl([s.param for s in slots], *kl_inputs)
+                               .to(gate.ok.device))
+            except BaseException:
+                moments.restore(self.state, saved)
+                self._packings.clear()  # they pin the moments just put aside
+                raise
         finite, *values = torch.stack(scalars).tolist()
         self._report.settle(values)
         if not finite:  # a NaN or ∞ in the gradients: the gated moments did not change
@@ -662,11 +718,13 @@ class LoGRA(Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load as AdamW does, but keep the moments fp32 (torch casts them to the param dtype:
         `moments.restore_fp32`). Groups saved before the KL control's keys moved into the groups
-        take this optimizer's values."""
+        take this optimizer's values. A group saved with another rank or oversample than this
+        optimizer's is refused (`check_saved_shapes`), before anything changes."""
         state_dict = dict(state_dict)
         saved_groups = state_dict.get("param_groups", [])
         check_saved_groups(saved_groups, set(self.defaults) - set(KL_CONTROL_KEYS), "LoGRA",
                            "sketches of the moments")
+        check_saved_shapes(saved_groups, self.param_groups)
         groups = [{**{k: self.defaults[k] for k in KL_CONTROL_KEYS}, **group}
                   for group in saved_groups]
         state_dict["param_groups"] = groups

@@ -82,6 +82,26 @@ def dense_state(state: dict[str, Any], param: Tensor) -> dict[str, Any]:
     return state
 
 
+def snapshot(
+    state: dict[Tensor, dict[str, Any]], params: list[Tensor]
+) -> dict[Tensor, dict[str, Any] | None]:
+    """A copy of the state of each of `params` (tensors cloned), None for a parameter without
+    one yet: what `restore` puts back after a step that failed half way."""
+    return {p: {key: value.clone() if isinstance(value, Tensor) else value
+                for key, value in state[p].items()} if state.get(p) else None for p in params}
+
+
+def restore(
+    state: dict[Tensor, dict[str, Any]], saved: dict[Tensor, dict[str, Any] | None]
+) -> None:
+    """Put back the states `snapshot` copied, and drop those it found absent."""
+    for p, entry in saved.items():
+        if entry is None:
+            state.pop(p, None)
+        else:
+            state[p] = entry
+
+
 def restore_fp32(
     state: dict[Tensor, dict[str, Any]], param_groups: list[dict[str, Any]],
     saved: dict[str, Any],

@@ -60,7 +60,7 @@ class RandomProjectionAdam(Optimizer):
         if amsgrad:
             raise ValueError("RandomProjectionAdam does not support amsgrad=True")
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+            raise ValueError(f"seed must be an int, got {type(seed).__name__}")
         defaults = dict(lr=lr, rank=rank, betas=betas, eps=eps, weight_decay=weight_decay,
                         seed=seed)
         super().__init__(params, defaults)

@@ -57,7 +57,7 @@ class ProjectionBank:
 
     def __init__(self, cache: bool, refresh_every: int | None) -> None:
         if not isinstance(cache, bool):
-            raise TypeError(f"cache_projections must be True or False, got {cache!r}")
+            raise ValueError(f"cache_projections must be True or False, got {cache!r}")
         if refresh_every is not None and (not isinstance(refresh_every, int) or refresh_every < 1):
             raise ValueError(f"refresh_every must be a positive int or None, got {refresh_every}")
         self.cache = cache

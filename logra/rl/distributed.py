@@ -54,10 +54,15 @@ class DataParallel:
         return self.rank == 0
 
     def device(self, device: torch.device) -> torch.device:
-        """A CUDA device becomes this rank's (LOCAL_RANK) under more than one rank."""
-        if self.world > 1 and device.type == "cuda":
+        """A CUDA device becomes this rank's (LOCAL_RANK) under more than one rank, and a bare
+        "cuda" the current one in a single process: an indexed device, as
+        `torch.cuda.set_device` needs (torch 2.11 refuses a bare "cuda")."""
+        if device.type != "cuda":
+            return device
+        if self.world > 1:
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        return device
+        return device if device.index is not None else torch.device(
+            "cuda", torch.cuda.current_device())
 
     def shard(self, n: int, name: str) -> slice:
         """This rank's contiguous, equal share of n items (n must divide evenly)."""
