@@ -23,7 +23,7 @@
 # We cannot run those models here (no GPU). What runs here is the same GRPO code on the
 # warmed-up proxy policy `proxy-1m`, in the regime where dense AdamW GRPO learns (notebook 11:
 # `gsm-synth`, 8 prompts × 16 completions). Every optimizer — dense AdamW, LoRA (`peft`, rank
-# 8, alpha 16), LoGRA (gain reconstruction, δ = 0.02), GaLore, APOLLO, and at the full scale
+# 8, alpha 16), LoGRA (gain reconstruction, δ = 0.02), and at the full scale GaLore, APOLLO,
 # Adafactor and the naive random projection — gets its own learning-rate sweep; then it runs at
 # its chosen lr, and its final policy is compared with dense AdamW's problem by problem on the
 # same held-out problems: greedy pass@1 on 5,000 and sampled pass@1 (4 completions at
@@ -31,15 +31,15 @@
 #
 # **Cost and scales.** One 100-step run takes about 20 minutes of one core here (two runs side
 # by side). The `default` scale does not sweep: it reads each method's chosen lr from the
-# committed sweep table `figures/comparison_sweep.csv` (three-point grids for dense AdamW, LoRA
-# and LoGRA at seed 0, one lr for GaLore and APOLLO) and runs dense AdamW, LoRA and LoGRA at 3
-# seeds, GaLore and APOLLO at seed 0: 11 runs, about 2 hours on two cores. `full` sweeps every
-# method (Adafactor and the naive projection too), then runs 3 seeds of each at its chosen lr
-# (35 runs: `logra-repro reproduce --scale full --only 04_optimizer_comparison`, about 7 hours
-# on two cores; `--backend ray` spreads them over a cluster, docs/distributed.md); its sweep
-# table lands in `results/full/figures/comparison_sweep.csv`, and copied over the committed
-# one it sets the lrs the default reads. The same notebook at `1.5b`, `7b` or `27b` points the
-# same code at the real models (GPU). All logic lives in `logra.experiments.comparison`.
+# committed sweep table `figures/comparison_sweep.csv` (three-point grids at seed 0; GaLore and
+# APOLLO there at one lr, not swept) and runs dense AdamW, LoRA and LoGRA at 3 seeds each: 9
+# runs, about 1.7 hours on two cores. `full` sweeps all seven methods, then runs 3 seeds of each
+# at its chosen lr (35 runs: `logra-repro reproduce --scale full --only
+# 04_optimizer_comparison`, about 7 hours on two cores; `--backend ray` spreads them over a
+# cluster, docs/distributed.md); its sweep table lands in
+# `results/full/figures/comparison_sweep.csv`, and copied over the committed one it sets the
+# lrs the default reads. The same notebook at `1.5b`, `7b` or `27b` points the same code at the
+# real models (GPU). All logic lives in `logra.experiments.comparison`.
 
 # %%
 # %matplotlib inline
@@ -63,10 +63,9 @@ cfg = comparison.config(scale, seeds=seeds, steps=steps, results_dir=results_dir
 example = comparison.grpo_config(cfg, cfg["models"][0], "logra", cfg["seeds"][0])
 lrs = (f"the lrs chosen in {cfg['chosen_lrs']}" if comparison.reads_chosen(cfg)
        else f"lr grids {cfg['lr_grid']} at seed {cfg['sweep_seed']}")
-seeds_of = {m: comparison.method_seeds(cfg, m) for m in cfg["methods"]}
 print(f"scale {scale!r}: {len(cfg['methods'])} methods on {cfg['models']}, {cfg['steps']} GRPO "
       f"steps on {example['task']} ({example['prompts_per_step']} prompts × "
-      f"{example['group_size']} completions); {lrs}; seeds at the chosen lrs {seeds_of}")
+      f"{example['group_size']} completions); {lrs}; then seeds {cfg['seeds']} at the chosen lrs")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 runs, problems = comparison.run(cfg)

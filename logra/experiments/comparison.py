@@ -13,8 +13,7 @@ per problem (`runner.PROBLEMS_FILE`), so two runs are compared problem by proble
        final sampled pass@1 (ties: greedy); it is bracketed when not at an end of the grid.
        With `chosen_lrs` (a sweep table a sweeping scale wrote, `sweep_table`) the chosen lrs
        are read from it instead and nothing is swept (`read_chosen`);
-    2. the seeds: every seed of `method_seeds(cfg, method)` at the chosen lr (the sweep's run
-       reused).
+    2. the seeds: every seed of `seeds` at the chosen lr (the sweep's run reused).
 
 `run(cfg)` returns two tidy frames. `runs`, one row per run:
 
@@ -95,17 +94,8 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
            if not all(isinstance(lr, int | float) and lr > 0 for lr in lrs)}
     if bad:
         raise ValueError(f"lr_grid must hold positive numbers, got {bad}")
-    unknown = sorted(set(cfg["method_seeds"]) - set(METHODS))
-    if unknown:
-        raise ValueError(f"method_seeds names unknown methods {unknown}; known: {sorted(METHODS)}")
-    for method in cfg["methods"]:
-        seeds = method_seeds(cfg, method)
-        if not seeds or not all(isinstance(s, int) for s in seeds):
-            raise ValueError(f"the seeds of {method!r} must be a non-empty list of integers, "
-                             f"got {seeds!r}")
-        if cfg["sweep_seed"] not in seeds:
-            raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of the seeds of "
-                             f"{method!r}, {seeds}")
+    if cfg["sweep_seed"] not in cfg["seeds"]:
+        raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
     if not 0 < cfg["alpha"] < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
     if cfg["chosen_lrs"] is not None:
@@ -114,11 +104,6 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
         if chosen_lrs_path(cfg).is_file():
             read_chosen(cfg)  # a table that lacks a method fails here, before any run
     return grpo_runs.check_runs(cfg)
-
-
-def method_seeds(cfg: dict[str, Any], method: str) -> list[int]:
-    """The seeds `method` runs at its chosen lr: `method_seeds[method]`, else `seeds`."""
-    return list(cfg["method_seeds"].get(method, cfg["seeds"]))
 
 
 def chosen_lrs_path(cfg: dict[str, Any]) -> Path:
@@ -234,7 +219,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
         done = {cfg["sweep_seed"]}
     chosen = choose(rows, cfg)
     seeds = [(model, m, lr, s) for (model, m), lr in chosen["lr"].items()
-             for s in method_seeds(cfg, m) if s not in done]
+             for s in cfg["seeds"] if s not in done]
     more_rows, more_problems = _execute(cfg, seeds, f"{EXPERIMENT} (seeds)", progress)
     rows = pd.concat([rows, more_rows], ignore_index=True)
     problems = pd.concat([problems, more_problems], ignore_index=True)
@@ -323,9 +308,9 @@ def sweep_table(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
 
 
 def at_chosen(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """The runs at each method's chosen lr, every seed of `method_seeds`."""
+    """The runs at each method's chosen lr, every seed of `seeds`."""
     chosen = choose(runs, cfg)["lr"]
-    keep = [chosen.get((m, meth)) == lr and s in method_seeds(cfg, meth)
+    keep = [chosen.get((m, meth)) == lr and s in cfg["seeds"]
             for m, meth, lr, s in zip(runs["model"], runs["method"], runs["lr"], runs["seed"],
                                       strict=True)]
     return runs[keep].reset_index(drop=True)
@@ -493,12 +478,11 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
     models = ", ".join(_model_name(m) for m in cfg["models"])
     config = grpo_config(cfg, cfg["models"][0], REFERENCE, cfg["seeds"][0])
-    counts = sorted({len(method_seeds(cfg, m)) for m in cfg["methods"]}, reverse=True)
     source = (f"lrs of the sweep in {cfg['chosen_lrs']}" if reads_chosen(cfg)
               else "lrs swept here")
     return (f"{cfg['scale']}: {models}, {int(runs['steps'].max())} GRPO steps on "
             f"{config['task']} ({config['prompts_per_step']} × {config['group_size']}), "
-            f"{' or '.join(map(str, counts))} seed(s) at each method's chosen lr ({source})")
+            f"{len(cfg['seeds'])} seed(s) at each method's chosen lr ({source})")
 
 
 def _dense_learned(t: pd.Series, cfg: dict[str, Any]) -> bool:
@@ -543,7 +527,7 @@ def c7_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
     if verdict == "reproduced" and not pairs["adamw_learned"].all():
         verdict = "partly"
         text += "; capped at partly: dense AdamW did not improve on the policy before RL"
-    if min(len(method_seeds(cfg, m)) for m in (REFERENCE, "logra")) == 1:
+    if len(cfg["seeds"]) == 1:
         text += " (one seed: the tests cover the problems drawn, not the seed)"
     if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg["models"]):
         text += "; proxy analogue of the claim"
