@@ -250,17 +250,23 @@ def test_a_committed_sweep_table_gives_the_lrs_and_replaces_the_sweep(tmp_path, 
         cmp.config("full", methods=[*spec, "galore"], chosen_lrs=str(table))
     missing = cmp.config("full", methods=list(spec), chosen_lrs=str(tmp_path / "none.csv"))
     assert not cmp.reads_chosen(missing)  # no table: the scale sweeps
+    other = pd.read_csv(table)
+    other.loc[other["lr choice"] == "chosen", "lr"] = 5e-4  # another sweep's grid
+    other.to_csv(table, index=False)
+    with pytest.raises(ValueError, match=r"chose lr 0\.0005 for adamw, outside its lr_grid"):
+        cmp.config("full", methods=list(spec), chosen_lrs=table)
 
 
 def test_the_default_reads_the_committed_sweep() -> None:
     """The committed figures/comparison_sweep.csv names a chosen lr for every default method,
-    inside its grid, and the default's comparison table marks the unswept ones."""
+    inside its grid, with the grid's size; the notebook's example run is at that lr."""
     default = cmp.config("default")
     chosen = cmp.choose(pd.DataFrame(), default).loc["proxy-1m"]
     assert list(chosen.index) == default["methods"]
     for method, row in chosen.iterrows():
         grid = default["lr_grid"][method]
         assert row["lr"] in grid and row["grid"] == len(grid), method
+        assert cmp.grpo_config(default, "proxy-1m", method, 0)["lr"] == row["lr"]
 
 
 def test_paired_tests_find_a_real_difference_and_not_a_null_one() -> None:

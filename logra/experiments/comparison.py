@@ -37,6 +37,7 @@ correction over the whole table. Rules of the verdicts are in `c7_claim` and `c8
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -94,15 +95,19 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
            if not all(isinstance(lr, int | float) and lr > 0 for lr in lrs)}
     if bad:
         raise ValueError(f"lr_grid must hold positive numbers, got {bad}")
-    if cfg["sweep_seed"] not in cfg["seeds"]:
-        raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
     if not 0 < cfg["alpha"] < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
     if cfg["chosen_lrs"] is not None:
-        if not isinstance(cfg["chosen_lrs"], str):
+        if not isinstance(cfg["chosen_lrs"], str | os.PathLike):
             raise ValueError(f"chosen_lrs must be a path or null, got {cfg['chosen_lrs']!r}")
+        cfg["chosen_lrs"] = str(cfg["chosen_lrs"])
         if chosen_lrs_path(cfg).is_file():
             read_chosen(cfg)  # a table that lacks a method fails here, before any run
+        else:
+            print(f"chosen_lrs: {chosen_lrs_path(cfg)} does not exist; sweeping the lr grids")
+            cfg["chosen_lrs"] = None
+    if not reads_chosen(cfg) and cfg["sweep_seed"] not in cfg["seeds"]:
+        raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
     return grpo_runs.check_runs(cfg)
 
 
@@ -113,17 +118,19 @@ def chosen_lrs_path(cfg: dict[str, Any]) -> Path:
 
 
 def reads_chosen(cfg: dict[str, Any]) -> bool:
-    """Whether the chosen lrs come from a committed sweep table (which exists) instead of a
-    sweep."""
-    return cfg["chosen_lrs"] is not None and chosen_lrs_path(cfg).is_file()
+    """Whether the chosen lrs come from a sweep table instead of a sweep (`config` sets
+    `chosen_lrs` to None where its table does not exist)."""
+    return cfg["chosen_lrs"] is not None
 
 
 def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int,
                 lr: float | None = None) -> dict[str, Any]:
-    """The resolved GRPO config of one run: `method` at `lr` (None: the first of its grid),
-    evaluated before and after training."""
-    values = {"model": model, "eval_every": cfg["steps"],
-              "lr": cfg["lr_grid"][method][0] if lr is None else lr}
+    """The resolved GRPO config of one run: `method` at `lr` (None: its chosen lr where the
+    lrs are read, else the first of its grid), evaluated before and after training."""
+    if lr is None:
+        lr = (read_chosen(cfg).loc[(model, method), "lr"] if reads_chosen(cfg)
+              else cfg["lr_grid"][method][0])
+    values = {"model": model, "eval_every": cfg["steps"], "lr": lr}
     if cfg["task"] is not None:
         values["task"] = cfg["task"]
     return grpo_runs.grpo_config(cfg, method, seed, **values)
@@ -211,8 +218,6 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
         rows, problems = pd.DataFrame(), pd.DataFrame()
         done = set()
     else:
-        if cfg["chosen_lrs"] is not None:
-            print(f"{chosen_lrs_path(cfg)} does not exist: sweeping the lr grids first")
         sweep = [(model, m, lr, cfg["sweep_seed"]) for model in cfg["models"]
                  for m in cfg["methods"] for lr in cfg["lr_grid"][m]]
         rows, problems = _execute(cfg, sweep, f"{EXPERIMENT} (lr sweep)", progress)
@@ -278,20 +283,27 @@ def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
             if len(pick) != 1:
                 missing.append(f"{_model_name(model)}/{method}")
                 continue
+            if float(pick["lr"].iloc[0]) not in cfg["lr_grid"][method]:
+                raise ValueError(f"chosen_lrs: {path} chose lr {pick['lr'].iloc[0]:g} for "
+                                 f"{method}, outside its lr_grid {cfg['lr_grid'][method]}: the "
+                                 f"table is another sweep's")
             rows.append(dict(model=model, method=method, lr=float(pick["lr"].iloc[0]),
                              grid=len(mine), bracketed=pick["lr choice"].iloc[0] == "chosen"))
     if missing:
-        raise ValueError(f"chosen_lrs: {path} has no single chosen lr for {missing}; sweep "
-                         f"them (chosen_lrs=null, or `--scale full`)")
+        raise ValueError(f"chosen_lrs: {path} has no single chosen lr for {missing}; give a "
+                         f"table that has them, or sweep (`--scale full`)")
     return pd.DataFrame(rows).set_index(["model", "method"])
 
 
 def sweep_table(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     """Every run of the sweep: pass@1 before and after (%), final KL, and which lr was chosen
     (`CHOICES`: "chosen", "chosen, at the grid's end" or "not swept"). With `reads_chosen` the
-    table the lrs were read from, as it is."""
+    rows of the table the lrs were read from for `cfg`'s models and methods, as they are."""
     if reads_chosen(cfg):
-        return pd.read_csv(chosen_lrs_path(cfg))
+        table = pd.read_csv(chosen_lrs_path(cfg))
+        keep = (table["model"].isin([_model_name(m) for m in cfg["models"]])
+                & table["method"].isin([METHODS[m].label for m in cfg["methods"]]))
+        return table[keep].reset_index(drop=True)
     chosen = choose(runs, cfg)
     swept = runs[runs["seed"] == cfg["sweep_seed"]]
     rows = []
