@@ -76,8 +76,7 @@ def test_notebook_04_numbers_are_the_committed_tables() -> None:
     text = _section("Running things")
     text = text[text.index("### LoRA vs dense AdamW vs LoGRA where RL learns"):]
     rows = {"policy before RL": "| policy before RL |", "dense AdamW": "| dense AdamW (",
-            "LoGRA gain + KL control": "| LoGRA + KL control (", "LoRA": "| LoRA r8 α16 (",
-            "GaLore": "| GaLore (", "APOLLO": "| APOLLO ("}
+            "LoGRA gain + KL control": "| LoGRA + KL control (", "LoRA": "| LoRA r8 α16 ("}
     for method, start in rows.items():
         line = next(row for row in text.splitlines() if row.startswith(start))
         t = table.loc[method]
