@@ -158,7 +158,7 @@ def _prepare(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from logra.config import ConfigError
     from logra.paths import results_root
-    from logra.rl import resolve, run_dir, run_grpo
+    from logra.rl.config import resolve, run_dir  # torch only: a bad config fails in seconds
 
     # options may follow the experiment, among the overrides: parse them out of the remainder
     tail = argparse.ArgumentParser(prog="logra-repro run", add_help=False)
@@ -174,6 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     results = results_root(config["results_dir"])  # not the current directory's results/
     config = {**config, "results_dir": str(results),
               "data_dir": config["data_dir"] or str(results / "data")}
+    from logra.rl import run_grpo  # transformers, datasets: after the config is known good
+
     records = run_grpo(config, progress=not options.quiet)
     if _rank() != 0:  # under torchrun every rank returns the records; one reports them
         return 0

@@ -12,6 +12,10 @@ file of that layout (a copy edited outside the repository included); a file with
 has the one scale `default`. Unknown keys, unknown scales and values of the wrong type fail
 before any compute, naming the key and the valid choices.
 
+With a `base` (a packaged experiment), a file lies on top of it: it holds only the keys it
+changes, and a scale resolves as base defaults, base scale, the file's defaults, the file's
+scale, then the overrides (a full copy of the base resolves as the copy alone would).
+
 The packaged configs are `logra/resources/experiments` (see `logra.paths`). Only the standard
 library and, when a file is read, yaml: every layer of the package may import this module.
 """
@@ -89,19 +93,29 @@ def scales_of(experiment: str | os.PathLike) -> list[str]:
     return list(read_spec(experiment)[1])
 
 
-def load_config(experiment: str | os.PathLike, scale: str = "default",
-                **overrides: Any) -> dict[str, Any]:
-    """Resolve `experiment` (a name or a config file) at `scale` with `overrides` on top."""
+def load_config(experiment: str | os.PathLike, scale: str = "default", *,
+                base: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """Resolve `experiment` (a name or a config file) at `scale` with `overrides` on top; with
+    `base`, on top of that packaged experiment (module docstring)."""
     name = config_path(experiment).stem
     defaults, scales = read_spec(experiment)
-    if scale not in scales:
-        raise ConfigError(f"unknown scale {scale!r} for {name}; valid scales: {sorted(scales)}")
+    layers = [(f"defaults of {name}", defaults)]
+    if base is not None and config_path(experiment) != config_path(base):
+        base_defaults, base_scales = read_spec(base)
+        layers = [(f"defaults of {base}", base_defaults),
+                  (f"scale {scale} of {base}", base_scales.get(scale) or {}), *layers]
+        known, defaults = sorted({*base_scales, *scales}), base_defaults
+    else:
+        known = sorted(scales)
+    if scale not in known:
+        raise ConfigError(f"unknown scale {scale!r} for {name}; valid scales: {known}")
+    layers += [(f"scale {scale} of {name}", scales.get(scale) or {}), ("overrides", overrides)]
     config = dict(defaults)
-    for source, values in ((f"scale {scale}", scales[scale] or {}), ("overrides", overrides)):
+    for source, values in layers:
         for key, value in values.items():
             if key not in defaults:
                 raise ConfigError(
-                    f"unknown key {key!r} in {source} of {name}; valid keys: {sorted(defaults)}"
+                    f"unknown key {key!r} in {source}; valid keys: {sorted(defaults)}"
                 )
             config[key] = _coerce(key, value, defaults[key])
     config["scale"] = scale
