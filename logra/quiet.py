@@ -44,13 +44,16 @@ def install() -> None:
 
 @contextmanager
 def no_dataset_bars() -> Iterator[None]:
-    """datasets' progress bars off inside the block, as they were after it."""
+    """datasets' progress bars off inside the block, as they were after it; left alone where
+    the environment decides them (HF_DATASETS_DISABLE_PROGRESS_BARS set)."""
     import datasets
 
-    enabled = datasets.is_progress_bar_enabled()
+    if datasets.config.HF_DATASETS_DISABLE_PROGRESS_BARS is not None \
+            or datasets.are_progress_bars_disabled():
+        yield
+        return
     datasets.disable_progress_bars()
     try:
         yield
     finally:
-        if enabled:
-            datasets.enable_progress_bars()
+        datasets.enable_progress_bars()

@@ -245,12 +245,12 @@ def test_the_generated_splits_are_those_their_version_names() -> None:
 def test_the_kits_own_conversions_draw_no_dataset_bars(tmp_path, capfd) -> None:
     """Loading a generated split and mapping it to prompts or SFT pairs prints none of
     datasets' "Generating train split" or "Map" bars, and leaves datasets' bars as they were."""
-    assert datasets.is_progress_bar_enabled()
+    assert not datasets.are_progress_bars_disabled()
     train = load_task("gsm-synth", "train", tmp_path)  # writes, then reads the JSON
     to_prompts(train, "gsm-synth")
     to_sft(load_task("gsm-synth", "test", tmp_path), "gsm-synth")
     err = capfd.readouterr().err
     assert "Generating" not in err and "Map" not in err, err
-    assert datasets.is_progress_bar_enabled()
+    assert not datasets.are_progress_bars_disabled()
     datasets.Dataset.from_dict({"x": list(range(2000))}).map(lambda row: row)
     assert "Map" in capfd.readouterr().err  # a user's own map still shows its bar

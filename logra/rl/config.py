@@ -80,10 +80,14 @@ def resolve(
     merged = {**parse_overrides(overrides or []), **values}
     if "scale" in merged:
         raise ConfigError(f"scale is not a key: choose it with --scale ({scale!r} now)")
-    unknown = sorted(set(read_spec(experiment)[0]) - set(read_spec(EXPERIMENT)[0]))
+    keys = set(read_spec(EXPERIMENT)[0])
+    unknown = sorted(set(read_spec(experiment)[0]) - keys)
     if unknown:
         raise ConfigError(f"{experiment} is not a GRPO config like experiments/{EXPERIMENT}.yaml: "
                           f"unknown keys {unknown}")
+    for key in merged:
+        if key not in keys:
+            raise ConfigError(f"unknown key {key!r} in the overrides; valid keys: {sorted(keys)}")
     return validate(load_config(experiment, scale, base=EXPERIMENT, **merged))
 
 
