@@ -23,20 +23,23 @@
 # We cannot run those models here (no GPU). What runs here is the same GRPO code on the
 # warmed-up proxy policy `proxy-1m`, in the regime where dense AdamW GRPO learns (notebook 11:
 # `gsm-synth`, 8 prompts × 16 completions). Every optimizer — dense AdamW, LoRA (`peft`, rank
-# 8, alpha 16), LoGRA (gain reconstruction, δ = 0.02), GaLore, APOLLO, and at the full scale
-# Adafactor and the naive random projection — first gets its own learning-rate sweep; then it
-# runs at its chosen lr, and its final policy is compared with dense AdamW's problem by problem
-# on the same held-out problems: greedy pass@1 on 5,000 and sampled pass@1 (4 completions at
+# 8, alpha 16), LoGRA (gain reconstruction, δ = 0.02), and at the full scale GaLore, APOLLO,
+# Adafactor and the naive random projection — gets its own learning-rate sweep; then it runs at
+# its chosen lr, and its final policy is compared with dense AdamW's problem by problem on the
+# same held-out problems: greedy pass@1 on 5,000 and sampled pass@1 (4 completions at
 # temperature 1) on 2,000.
 #
-# **Cost and scales.** One 100-step run takes about 25 minutes of one core here (two runs side
-# by side); the `default` scale (seed 0; three-point sweeps for dense AdamW, LoRA and LoGRA, one
-# lr for GaLore and APOLLO) is 11 runs, about 2 hours on two cores. `full` adds Adafactor and
-# the naive projection, sweeps every method and runs 3 seeds at the chosen lrs (35 runs:
-# `logra-repro reproduce --scale full --only 04_optimizer_comparison`, about 7 hours on two cores;
-# `--backend ray` spreads them over a cluster, docs/distributed.md). The same notebook at
-# `1.5b`, `7b` or `27b` points the same code at the real models (GPU). All logic lives in
-# `logra.experiments.comparison`.
+# **Cost and scales.** One 100-step run takes about 20 minutes of one core here (two runs side
+# by side). The `default` scale does not sweep: it reads each method's chosen lr from the
+# committed sweep table `figures/comparison_sweep.csv` (three-point grids at seed 0; GaLore and
+# APOLLO there at one lr, not swept) and runs dense AdamW, LoRA and LoGRA at 3 seeds each: 9
+# runs, about 1.7 hours on two cores. `full` sweeps all seven methods, then runs 3 seeds of each
+# at its chosen lr (35 runs: `logra-repro reproduce --scale full --only
+# 04_optimizer_comparison`, about 7 hours on two cores; `--backend ray` spreads them over a
+# cluster, docs/distributed.md); its sweep table lands in
+# `results/full/figures/comparison_sweep.csv`, and copied over the committed one it sets the
+# lrs the default reads. The same notebook at `1.5b`, `7b` or `27b` points the same code at the
+# real models (GPU). All logic lives in `logra.experiments.comparison`.
 
 # %%
 # %matplotlib inline
@@ -51,15 +54,18 @@ figures_dir = None  # None: figures/ at the default scale, else results/<scale>/
 seeds = None  # e.g. [0, 1, 2]; None: the scale's
 steps = None  # GRPO steps per run; None: the scale's
 results_dir = None  # where runs are cached; None: the scale's (results/)
+chosen_lrs = None  # a sweep table (comparison_sweep.csv) to read the lrs from; None: the scale's
 
 # %%
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
-cfg = comparison.config(scale, seeds=seeds, steps=steps, results_dir=results_dir)
+cfg = comparison.config(scale, seeds=seeds, steps=steps, results_dir=results_dir,
+                        chosen_lrs=chosen_lrs)
 example = comparison.grpo_config(cfg, cfg["models"][0], "logra", cfg["seeds"][0])
+lrs = (f"the lrs chosen in {cfg['chosen_lrs']}" if comparison.reads_chosen(cfg)
+       else f"lr grids {cfg['lr_grid']} at seed {cfg['sweep_seed']}")
 print(f"scale {scale!r}: {len(cfg['methods'])} methods on {cfg['models']}, {cfg['steps']} GRPO "
       f"steps on {example['task']} ({example['prompts_per_step']} prompts × "
-      f"{example['group_size']} completions); lr grids {cfg['lr_grid']} at seed "
-      f"{cfg['sweep_seed']}, then seeds {cfg['seeds']} at the chosen lrs")
+      f"{example['group_size']} completions); {lrs}; then seeds {cfg['seeds']} at the chosen lrs")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 runs, problems = comparison.run(cfg)
@@ -71,11 +77,15 @@ print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s")
 # Each method's held-out pass@1 after RL at every lr of its grid (seed 0). The chosen lr has
 # the highest sampled pass@1, the more sensitive of the two measures; "chosen, at the grid's
 # end" means the sweep did not bracket it (a wider grid may do better), "not swept" that the
-# scale gave the method one lr.
+# scale gave the method one lr. A scale that reads its lrs (`chosen_lrs`, the default) shows
+# the table it read and writes nothing here.
 
 # %%
-report.show_table(comparison.sweep_table(runs, cfg), "comparison_sweep", figures_dir)
-report.show_plot(comparison.FIGURES, "comparison_sweep", runs, cfg, figures_dir)
+if comparison.reads_chosen(cfg):
+    report.show_table(comparison.sweep_table(runs, cfg))
+else:
+    report.show_table(comparison.sweep_table(runs, cfg), "comparison_sweep", figures_dir)
+    report.show_plot(comparison.FIGURES, "comparison_sweep", runs, cfg, figures_dir)
 
 # %% [markdown]
 # ## 2 · Held-out pass@1 at the chosen lrs, the paper's table

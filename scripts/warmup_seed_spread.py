@@ -2,15 +2,16 @@
 
 For each warm-up seed, proxy-1m is warmed up with that seed (seed 0 is the shipped build, copied;
 the others take about 10 minutes each on two cores), then notebook 04's C7 comparison runs on it
-(dense AdamW and LoGRA, each with its default-scale lr sweep: 6 runs of 100 steps, about
-1.5 hours per warm-up seed on two cores). Writes figures/warmup_seed_spread.{csv,md}: per
+(dense AdamW and LoGRA at seed 0, each at the lr notebook 04's committed sweep chose,
+figures/comparison_sweep.csv: 2 runs of 100 steps, about 25 minutes per warm-up seed on two
+cores). Writes figures/warmup_seed_spread.{csv,md}: per
 warm-up seed, the warm-up's stop step and test accuracy, the policy before RL, AdamW's and
 LoGRA's held-out greedy and sampled pass@1, C7's two parts (LoGRA's paired difference to AdamW
 per measure and whether it is significantly below; whether dense AdamW improved significantly
 on the policy before RL) and its verdict by its own
 rule (`comparison.c7_claim`); then the mean and the range over warm-up seeds of every number.
 
-    .venv/bin/python scripts/warmup_seed_spread.py --seeds 0 1 2 3   # ~6 h on two cores
+    .venv/bin/python scripts/warmup_seed_spread.py --seeds 0 1 2 3   # ~2 h on two cores
 """
 
 from __future__ import annotations
@@ -30,16 +31,19 @@ from logra.paths import results_root
 RESULTS_DIR = results_root()
 
 
-def row(seed: int, scale: str = "proxy-1m", experiment_scale: str = "default",
-        results_dir: Path = RESULTS_DIR) -> dict:
-    """Warm up `scale` with warm-up seed `seed`, run the C7 comparison (at `experiment_scale`)
-    on it, summarise; models and runs go under `results_dir`."""
+def row(seed: int, scale: str = "proxy-1m", results_dir: Path = RESULTS_DIR) -> dict:
+    """Warm up `scale` with warm-up seed `seed`, run the C7 comparison on it at the lrs notebook
+    04's committed sweep chose for `scale`, summarise; models and runs go under `results_dir`."""
     spec = get_scale(scale)
     spec = dataclasses.replace(spec, warmup=dataclasses.replace(spec.warmup, seed=seed))
     model = prepare_spec(spec, results_dir / "models" / "warmup-seeds" / f"seed{seed}",
                          progress=False)
     warmup = json.loads((model / "warmup.json").read_text())
-    cfg = comparison.config(experiment_scale, models=[str(model)], methods=["adamw", "logra"],
+    methods = ["adamw", "logra"]
+    chosen = comparison.read_chosen(comparison.config("default", models=[scale],
+                                                      methods=methods))["lr"]
+    cfg = comparison.config("full", models=[str(model)], methods=methods, seeds=[0],
+                            lr_grid={m: [chosen[(scale, m)]] for m in methods},
                             results_dir=str(results_dir))
     runs, problems = comparison.run(cfg)
     return summarise(seed, warmup, comparison.c7_pairs(runs, problems, cfg),

@@ -62,6 +62,28 @@ def test_notebook_sweeps_then_runs_the_seeds_at_the_chosen_lr(executed, assert_f
     assert len(problems) == 2 * cfg["eval_prompts"]
 
 
+def test_notebook_reads_the_lrs_of_a_sweep_table_and_runs_no_sweep(executed, tmp_path) -> None:
+    """Given the smoke sweep's own table (`chosen_lrs`), the notebook runs each method at the
+    table's chosen lr only, writes no sweep table or figure of its own, and finds the same
+    numbers for those runs (read back from the results store)."""
+    out, results = executed
+    notebooks.execute(cmp.NOTEBOOK, {"scale": "smoke", "figures_dir": str(tmp_path),
+                                     "results_dir": str(results),
+                                     "chosen_lrs": str(out / "comparison_sweep.csv")},
+                      executed_dir=tmp_path)
+    assert not (tmp_path / "comparison_sweep.csv").exists()
+    assert not (tmp_path / "comparison_sweep.png").exists()
+    swept, again = (pd.read_csv(d / "comparison_runs.csv") for d in (out, tmp_path))
+    chosen = pd.read_csv(out / "comparison_sweep.csv")
+    chosen = chosen[chosen["lr choice"].isin(cmp.CHOICES)]
+    assert sorted(again["lr"]) == sorted(np.repeat(chosen["lr"].to_numpy(), 2))  # two seeds
+    keys = ["method", "lr", "seed"]
+    pd.testing.assert_frame_equal(
+        again.drop(columns="step_seconds").sort_values(keys, ignore_index=True),
+        swept.merge(again[keys]).drop(columns="step_seconds").sort_values(keys,
+                                                                           ignore_index=True))
+
+
 def test_notebook_writes_the_papers_table_and_the_tests(executed) -> None:
     out, _ = executed
     cfg = cmp.config("smoke")
@@ -113,7 +135,8 @@ def test_the_executed_notebook_reads_cleanly(executed) -> None:
 
 def test_scales_and_bad_configs() -> None:
     default = cmp.config("default")
-    assert default["models"] == ["proxy-1m"] and default["seeds"] == [0]
+    assert default["models"] == ["proxy-1m"] and cmp.reads_chosen(default)
+    assert default["methods"] == ["adamw", "lora", "logra"] and default["seeds"] == [0, 1, 2]
     run = cmp.grpo_config(default, "proxy-1m", "lora", 0, 1e-3)
     assert (run["group_size"], run["prompts_per_step"], run["eval_every"]) == (16, 8, 100)
     assert (run["eval_prompts"], run["eval_samples"], run["eval_sampled_prompts"]) == (
@@ -171,7 +194,8 @@ def _made(spec: dict[str, dict[float, tuple[float, float]]], seeds=(0,), base=(0
 
 
 def _cfg(spec, seeds=(0,), models=("proxy-1m",)) -> dict:
-    return cmp.config("default", methods=list(spec), seeds=list(seeds), models=list(models),
+    """A sweeping config (the full scale) over `spec`'s grids."""
+    return cmp.config("full", methods=list(spec), seeds=list(seeds), models=list(models),
                       lr_grid={m: sorted(lrs) for m, lrs in spec.items()})
 
 
@@ -188,6 +212,61 @@ def test_the_chosen_lr_is_the_best_sampled_and_bracketed_only_inside_the_grid() 
     assert marks[("dense AdamW", 1e-4)] == "chosen" and marks[("dense AdamW", 1e-3)] == ""
     assert marks[("LoRA", 1e-3)] == "chosen, at the grid's end"
     assert marks[("LoGRA gain + KL control", 3e-4)] == "not swept"
+
+
+def test_a_committed_sweep_table_gives_the_lrs_and_replaces_the_sweep(tmp_path, monkeypatch
+                                                                      ) -> None:
+    """With `chosen_lrs` the lrs are the table's marked ones (its grid sizes and brackets
+    kept), every method runs only there at each seed, and a table that lacks a method
+    fails in `config`, naming the file and the method."""
+    spec = {"adamw": {1e-5: (0.3, 0.2), 1e-4: (0.4, 0.35), 1e-3: (0.2, 0.1)},
+            "lora": {1e-4: (0.3, 0.2), 1e-3: (0.3, 0.25)},
+            "logra": {3e-4: (0.35, 0.3)}}
+    runs, _ = _made(spec)
+    table = tmp_path / "sweep.csv"
+    cmp.sweep_table(runs, _cfg(spec)).to_csv(table, index=False)
+    cfg = cmp.config("full", methods=list(spec), seeds=[0, 1], chosen_lrs=str(table))
+    assert cmp.reads_chosen(cfg)
+    chosen = cmp.choose(pd.DataFrame(), cfg).loc["proxy-1m"]
+    assert chosen["lr"].to_dict() == {"adamw": 1e-4, "lora": 1e-3, "logra": 3e-4}
+    assert chosen["grid"].to_dict() == {"adamw": 3, "lora": 2, "logra": 1}
+    assert chosen["bracketed"].to_dict() == {"adamw": True, "lora": False, "logra": False}
+    pd.testing.assert_frame_equal(cmp.sweep_table(pd.DataFrame(), cfg), pd.read_csv(table))
+    # only the chosen lrs at each method's seeds: what run() executes
+    ran = []
+
+    def execute(cfg, runs, desc, progress):
+        ran.extend(runs)
+        rows = pd.DataFrame(runs, columns=["model", "method", "lr", "seed"])
+        return rows, pd.DataFrame(columns=["model", "method", "problem"])
+
+    monkeypatch.setattr(cmp, "_execute", execute)
+    monkeypatch.setattr(cmp.grpo_runs, "prepare_inputs", lambda *args, **kwargs: None)
+    cmp.run(cfg, progress=False)
+    assert sorted(ran) == sorted([("proxy-1m", "adamw", 1e-4, 0), ("proxy-1m", "adamw", 1e-4, 1),
+                                  ("proxy-1m", "lora", 1e-3, 0), ("proxy-1m", "lora", 1e-3, 1),
+                                  ("proxy-1m", "logra", 3e-4, 0), ("proxy-1m", "logra", 3e-4, 1)])
+    with pytest.raises(ValueError, match=f"{table}.*no single chosen lr for \\['proxy-1m/galore'"):
+        cmp.config("full", methods=[*spec, "galore"], chosen_lrs=str(table))
+    missing = cmp.config("full", methods=list(spec), chosen_lrs=str(tmp_path / "none.csv"))
+    assert not cmp.reads_chosen(missing)  # no table: the scale sweeps
+    other = pd.read_csv(table)
+    other.loc[other["lr choice"] == "chosen", "lr"] = 5e-4  # another sweep's grid
+    other.to_csv(table, index=False)
+    with pytest.raises(ValueError, match=r"chose lr 0\.0005 for adamw, outside its lr_grid"):
+        cmp.config("full", methods=list(spec), chosen_lrs=table)
+
+
+def test_the_default_reads_the_committed_sweep() -> None:
+    """The committed figures/comparison_sweep.csv names a chosen lr for every default method,
+    inside its grid, with the grid's size; the notebook's example run is at that lr."""
+    default = cmp.config("default")
+    chosen = cmp.choose(pd.DataFrame(), default).loc["proxy-1m"]
+    assert list(chosen.index) == default["methods"]
+    for method, row in chosen.iterrows():
+        grid = default["lr_grid"][method]
+        assert row["lr"] in grid and row["grid"] == len(grid), method
+        assert cmp.grpo_config(default, "proxy-1m", method, 0)["lr"] == row["lr"]
 
 
 def test_paired_tests_find_a_real_difference_and_not_a_null_one() -> None:

@@ -10,7 +10,9 @@ completions at temperature 1 with fixed seeds) on the first `eval_sampled_prompt
 per problem (`runner.PROBLEMS_FILE`), so two runs are compared problem by problem.
 
     1. the sweep: every lr of `lr_grid[method]` at `sweep_seed`; the chosen lr has the highest
-       final sampled pass@1 (ties: greedy); it is bracketed when not at an end of the grid;
+       final sampled pass@1 (ties: greedy); it is bracketed when not at an end of the grid.
+       With `chosen_lrs` (a sweep table a sweeping scale wrote, `sweep_table`) the chosen lrs
+       are read from it instead and nothing is swept (`read_chosen`);
     2. the seeds: every seed of `seeds` at the chosen lr (the sweep's run reused).
 
 `run(cfg)` returns two tidy frames. `runs`, one row per run:
@@ -35,6 +37,7 @@ correction over the whole table. Rules of the verdicts are in `c7_claim` and `c8
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,7 +48,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.patches import Patch
 
-from logra import io
+from logra import io, paths
 from logra.config import load_config
 from logra.data import get_task
 from logra.experiments import grpo_runs
@@ -92,26 +95,45 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
            if not all(isinstance(lr, int | float) and lr > 0 for lr in lrs)}
     if bad:
         raise ValueError(f"lr_grid must hold positive numbers, got {bad}")
-    if cfg["sweep_seed"] not in cfg["seeds"]:
-        raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
     if not 0 < cfg["alpha"] < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
+    if cfg["chosen_lrs"] is not None:
+        if not isinstance(cfg["chosen_lrs"], str | os.PathLike):
+            raise ValueError(f"chosen_lrs must be a path or null, got {cfg['chosen_lrs']!r}")
+        cfg["chosen_lrs"] = str(cfg["chosen_lrs"])
+        if chosen_lrs_path(cfg).is_file():
+            read_chosen(cfg)  # a table that lacks a method fails here, before any run
+        else:
+            print(f"chosen_lrs: {chosen_lrs_path(cfg)} does not exist; sweeping the lr grids")
+            cfg["chosen_lrs"] = None
+    if not reads_chosen(cfg) and cfg["sweep_seed"] not in cfg["seeds"]:
+        raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
     return grpo_runs.check_runs(cfg)
+
+
+def chosen_lrs_path(cfg: dict[str, Any]) -> Path:
+    """`cfg["chosen_lrs"]` as an absolute path (relative ones under the project root)."""
+    path = Path(cfg["chosen_lrs"]).expanduser()
+    return path if path.is_absolute() else paths.project_root() / path
+
+
+def reads_chosen(cfg: dict[str, Any]) -> bool:
+    """Whether the chosen lrs come from a sweep table instead of a sweep (`config` sets
+    `chosen_lrs` to None where its table does not exist)."""
+    return cfg["chosen_lrs"] is not None
 
 
 def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int,
                 lr: float | None = None) -> dict[str, Any]:
-    """The resolved GRPO config of one run: `method` at `lr` (None: the first of its grid),
-    evaluated before and after training."""
-    values = {"model": model, "eval_every": cfg["steps"],
-              "lr": cfg["lr_grid"][method][0] if lr is None else lr}
+    """The resolved GRPO config of one run: `method` at `lr` (None: its chosen lr where the
+    lrs are read, else the first of its grid), evaluated before and after training."""
+    if lr is None:
+        lr = (read_chosen(cfg).loc[(model, method), "lr"] if reads_chosen(cfg)
+              else cfg["lr_grid"][method][0])
+    values = {"model": model, "eval_every": cfg["steps"], "lr": lr}
     if cfg["task"] is not None:
         values["task"] = cfg["task"]
     return grpo_runs.grpo_config(cfg, method, seed, **values)
-
-
-def is_swept(cfg: dict[str, Any], method: str) -> bool:
-    return len(cfg["lr_grid"][method]) > 1
 
 
 # ---------------------------------------------------------------- running
@@ -192,12 +214,17 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
                              list(dict.fromkeys([grpo_config(cfg, cfg["models"][0], REFERENCE,
                                                              0)["task"],
                                                  *cfg["extra_eval_tasks"]])))
-    sweep = [(model, m, lr, cfg["sweep_seed"]) for model in cfg["models"]
-             for m in cfg["methods"] for lr in cfg["lr_grid"][m]]
-    rows, problems = _execute(cfg, sweep, f"{EXPERIMENT} (lr sweep)", progress)
+    if reads_chosen(cfg):
+        rows, problems = pd.DataFrame(), pd.DataFrame()
+        done = set()
+    else:
+        sweep = [(model, m, lr, cfg["sweep_seed"]) for model in cfg["models"]
+                 for m in cfg["methods"] for lr in cfg["lr_grid"][m]]
+        rows, problems = _execute(cfg, sweep, f"{EXPERIMENT} (lr sweep)", progress)
+        done = {cfg["sweep_seed"]}
     chosen = choose(rows, cfg)
     seeds = [(model, m, lr, s) for (model, m), lr in chosen["lr"].items()
-             for s in cfg["seeds"] if s != cfg["sweep_seed"]]
+             for s in cfg["seeds"] if s not in done]
     more_rows, more_problems = _execute(cfg, seeds, f"{EXPERIMENT} (seeds)", progress)
     rows = pd.concat([rows, more_rows], ignore_index=True)
     problems = pd.concat([problems, more_problems], ignore_index=True)
@@ -218,6 +245,8 @@ def choose(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     pass@1, ties broken by greedy), whether it is bracketed (grid ends excluded) and the grid's
     size."""
     rows = []
+    if reads_chosen(cfg):
+        return read_chosen(cfg)
     swept = runs[runs["seed"] == cfg["sweep_seed"]]
     for model in cfg["models"]:
         for method in cfg["methods"]:
@@ -231,9 +260,50 @@ def choose(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["model", "method"])
 
 
+CHOICES = ("chosen", "chosen, at the grid's end", "not swept")  # `sweep_table`'s marks
+
+
+def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
+    """`choose`'s frame read from the sweep table at `chosen_lrs` (`sweep_table`'s columns):
+    per (model, method) of `cfg` the lr marked in `CHOICES`, the size of its grid there and
+    whether it was bracketed. Raises ValueError naming the file and every (model, method) it
+    has no chosen lr for."""
+    path = chosen_lrs_path(cfg)
+    table = pd.read_csv(path)
+    need = {"model", "method", "lr", "lr choice"}
+    if not need <= set(table.columns):
+        raise ValueError(f"chosen_lrs: {path} is not a sweep table (comparison_sweep.csv); it "
+                         f"lacks columns {sorted(need - set(table.columns))}")
+    rows, missing = [], []
+    for model in cfg["models"]:
+        for method in cfg["methods"]:
+            mine = table[(table["model"] == _model_name(model))
+                         & (table["method"] == METHODS[method].label)]
+            pick = mine[mine["lr choice"].isin(CHOICES)]
+            if len(pick) != 1:
+                missing.append(f"{_model_name(model)}/{method}")
+                continue
+            if float(pick["lr"].iloc[0]) not in cfg["lr_grid"][method]:
+                raise ValueError(f"chosen_lrs: {path} chose lr {pick['lr'].iloc[0]:g} for "
+                                 f"{method}, outside its lr_grid {cfg['lr_grid'][method]}: the "
+                                 f"table is another sweep's")
+            rows.append(dict(model=model, method=method, lr=float(pick["lr"].iloc[0]),
+                             grid=len(mine), bracketed=pick["lr choice"].iloc[0] == "chosen"))
+    if missing:
+        raise ValueError(f"chosen_lrs: {path} has no single chosen lr for {missing}; give a "
+                         f"table that has them, or sweep (`--scale full`)")
+    return pd.DataFrame(rows).set_index(["model", "method"])
+
+
 def sweep_table(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     """Every run of the sweep: pass@1 before and after (%), final KL, and which lr was chosen
-    ("chosen", "chosen, at the grid's end" or "not swept")."""
+    (`CHOICES`: "chosen", "chosen, at the grid's end" or "not swept"). With `reads_chosen` the
+    rows of the table the lrs were read from for `cfg`'s models and methods, as they are."""
+    if reads_chosen(cfg):
+        table = pd.read_csv(chosen_lrs_path(cfg))
+        keep = (table["model"].isin([_model_name(m) for m in cfg["models"]])
+                & table["method"].isin([METHODS[m].label for m in cfg["methods"]]))
+        return table[keep].reset_index(drop=True)
     chosen = choose(runs, cfg)
     swept = runs[runs["seed"] == cfg["sweep_seed"]]
     rows = []
@@ -360,6 +430,7 @@ def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, 
     sampled pass@1 (mean ± std over seeds, %), the paired difference to dense AdamW (points;
     * where Holm p < alpha), the reported 27B numbers, state, step time and final KL."""
     tests = paired_table(runs, problems, cfg).set_index(["model", "method"])
+    grid = choose(runs, cfg)["grid"]
     final = at_chosen(runs, cfg)
     rows = []
     for model in cfg["models"]:
@@ -373,7 +444,7 @@ def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, 
             r = final[(final["model"] == model) & (final["method"] == method)]
             rows.append({
                 "model": _model_name(model), "method": _label(method),
-                "lr": f"{t['lr']:g}" + ("" if is_swept(cfg, method) else " (not swept)"),
+                "lr": f"{t['lr']:g}" + ("" if grid[(model, method)] > 1 else " (not swept)"),
                 **{f"{m} pass@1, %": _mean_sd(r[m]) for m in measured(problems)},
                 **{f"{m} vs dense, pts": _difference_text(t[f"{m}_vs_dense"],
                                                           t[f"{m}_vs_dense_p"], cfg)
@@ -419,9 +490,11 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
     models = ", ".join(_model_name(m) for m in cfg["models"])
     config = grpo_config(cfg, cfg["models"][0], REFERENCE, cfg["seeds"][0])
+    source = (f"lrs of the sweep in {cfg['chosen_lrs']}" if reads_chosen(cfg)
+              else "lrs swept here")
     return (f"{cfg['scale']}: {models}, {int(runs['steps'].max())} GRPO steps on "
             f"{config['task']} ({config['prompts_per_step']} × {config['group_size']}), "
-            f"{len(cfg['seeds'])} seed(s) at each method's swept lr")
+            f"{len(cfg['seeds'])} seed(s) at each method's chosen lr ({source})")
 
 
 def _dense_learned(t: pd.Series, cfg: dict[str, Any]) -> bool:

@@ -84,11 +84,14 @@ def show_plot(
     show_figure(plots[name](frame, cfg), name, out_dir)
 
 
-def show_table(frame: pd.DataFrame, name: str, out_dir: str | Path = FIGURES_DIR) -> None:
-    """In a notebook: write NAME.{csv,md} (`save_table`), then display it as Markdown."""
+def show_table(frame: pd.DataFrame, name: str | None = None,
+               out_dir: str | Path = FIGURES_DIR) -> None:
+    """In a notebook: write NAME.{csv,md} (`save_table`; nothing when `name` is None), then
+    display it as Markdown."""
     from IPython.display import Markdown, display
 
-    save_table(frame, name, out_dir)
+    if name is not None:
+        save_table(frame, name, out_dir)
     display(Markdown(to_markdown(frame)))
 
 
