@@ -32,7 +32,7 @@ examples:
   logra-repro reproduce --backend ray                  the sweeps' runs as tasks on a Ray cluster
   logra-repro prepare --scale proxy-1m                 warm up a proxy policy (cached)
   logra-repro run grpo --scale smoke optimizer=logra   one GRPO run of the packaged config
-  logra-repro run my_grpo.yaml --results-dir /data/logra lr=3e-4   any copy of that config
+  logra-repro run my_grpo.yaml --results-dir /data/logra lr=3e-4   your keys over grpo.yaml's
 """
 
 
@@ -158,7 +158,7 @@ def _prepare(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from logra.config import ConfigError
     from logra.paths import results_root
-    from logra.rl import resolve, run_dir, run_grpo
+    from logra.rl.config import resolve, run_dir  # torch only: a bad config fails in seconds
 
     # options may follow the experiment, among the overrides: parse them out of the remainder
     tail = argparse.ArgumentParser(prog="logra-repro run", add_help=False)
@@ -174,6 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     results = results_root(config["results_dir"])  # not the current directory's results/
     config = {**config, "results_dir": str(results),
               "data_dir": config["data_dir"] or str(results / "data")}
+    from logra.rl import run_grpo  # transformers, datasets: after the config is known good
+
     records = run_grpo(config, progress=not options.quiet)
     if _rank() != 0:  # under torchrun every rank returns the records; one reports them
         return 0
@@ -247,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.set_defaults(func=_prepare, parser=pre)
 
     run = commands.add_parser("run", help="run (or resume) an experiment: GRPO with an optimizer")
-    run.add_argument("experiment", help="the packaged config's name (grpo) or any config file "
-                     "with its keys, e.g. experiments/grpo.yaml or a copy of it")
+    run.add_argument("experiment", help="the packaged config's name (grpo) or a config file of "
+                     "the keys you change, laid over experiments/grpo.yaml (docs/usage.md)")
     run.add_argument("overrides", nargs=argparse.REMAINDER, metavar="key=value",
                      help="config overrides, values parsed as YAML (lr=1e-4, run_name=null, ...)")
     run.add_argument("--scale", default="default", help="smoke, default, 1.5b, ...")

@@ -12,6 +12,12 @@ file of that layout (a copy edited outside the repository included); a file with
 has the one scale `default`. Unknown keys, unknown scales and values of the wrong type fail
 before any compute, naming the key and the valid choices.
 
+With a `base` (a packaged experiment), a file lies on top of it and holds only the keys it
+changes (`defaults: {}` for none). A scale resolves as the base's defaults, the base's scale,
+the file's defaults, the file's scale, then the overrides. A file with `scales:` runs those
+and `default` only (a full copy of the base resolves as the copy alone would); a file without
+runs at every scale of the base, its defaults over each.
+
 The packaged configs are `logra/resources/experiments` (see `logra.paths`). Only the standard
 library and, when a file is read, yaml: every layer of the package may import this module.
 """
@@ -52,17 +58,26 @@ def config_path(experiment: str | os.PathLike) -> Path:
                       f"packaged experiments are {packaged_experiments()}")
 
 
-def read_spec(experiment: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(defaults, scales) of a config file; ConfigError naming the file if it has no defaults."""
+def _parse(path: Path) -> dict[str, Any]:
+    """The YAML of a config file; ConfigError naming the file if it has no defaults."""
     import yaml  # a reproduction dependency: `import logra` and the CLI's help need only torch
 
-    path = config_path(experiment)
     try:
         spec = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"cannot parse {path}: {err}") from err
     if not isinstance(spec, dict) or not isinstance(spec.get("defaults"), dict):
         raise ConfigError(f"{path} has no `defaults:` mapping (see logra.config)")
+    return spec
+
+
+def _has_scales(path: Path) -> bool:
+    return bool(_parse(path).get("scales"))
+
+
+def read_spec(experiment: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(defaults, scales) of a config file; ConfigError naming the file if it has no defaults."""
+    spec = _parse(config_path(experiment))
     scales = spec.get("scales") or {FIGURES_SCALE: {}}
     return _numbers(spec["defaults"]), {name: _numbers(values or {})
                                         for name, values in scales.items()}
@@ -89,19 +104,32 @@ def scales_of(experiment: str | os.PathLike) -> list[str]:
     return list(read_spec(experiment)[1])
 
 
-def load_config(experiment: str | os.PathLike, scale: str = "default",
-                **overrides: Any) -> dict[str, Any]:
-    """Resolve `experiment` (a name or a config file) at `scale` with `overrides` on top."""
-    name = config_path(experiment).stem
+def load_config(experiment: str | os.PathLike, scale: str = "default", *,
+                base: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """Resolve `experiment` (a name or a config file) at `scale` with `overrides` on top; with
+    `base`, on top of that packaged experiment (module docstring)."""
+    path = config_path(experiment)
+    name = path.stem
     defaults, scales = read_spec(experiment)
-    if scale not in scales:
-        raise ConfigError(f"unknown scale {scale!r} for {name}; valid scales: {sorted(scales)}")
+    layers = [(f"defaults of {name}", defaults)]
+    known = sorted(scales)
+    if base is not None and path.resolve() != config_path(base).resolve():
+        base_defaults, base_scales = read_spec(base)
+        name = str(path)  # the user's file, by its path: it may share the base's name
+        layers = [(f"defaults of the packaged {base}", base_defaults),
+                  (f"scale {scale} of the packaged {base}", base_scales.get(scale) or {}),
+                  (f"defaults of {name}", defaults)]
+        known = sorted({*scales, FIGURES_SCALE} if _has_scales(path) else base_scales)
+        defaults = base_defaults
+    if scale not in known:
+        raise ConfigError(f"unknown scale {scale!r} for {name}; valid scales: {known}")
+    layers += [(f"scale {scale} of {name}", scales.get(scale) or {}), ("overrides", overrides)]
     config = dict(defaults)
-    for source, values in ((f"scale {scale}", scales[scale] or {}), ("overrides", overrides)):
+    for source, values in layers:
         for key, value in values.items():
             if key not in defaults:
                 raise ConfigError(
-                    f"unknown key {key!r} in {source} of {name}; valid keys: {sorted(defaults)}"
+                    f"unknown key {key!r} in {source}; valid keys: {sorted(defaults)}"
                 )
             config[key] = _coerce(key, value, defaults[key])
     config["scale"] = scale

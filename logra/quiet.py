@@ -12,13 +12,17 @@ Installed once when `logra` is imported (`install`); each matches one message by
     FutureWarning "`is_gradient_checkpointing` is deprecated"   transformers 5, read by peft's
                                         `get_peft_model` and TRL, not by the kit
 
-Anything else from these libraries still shows.
+Anything else from these libraries still shows. `no_dataset_bars` turns datasets' own bars
+("Generating train split", "Map") off around the kit's internal conversions, which take under
+a second on the kit's tasks; a hub download keeps its bar.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 BITSANDBYTES_CPU_LOGGER = "bitsandbytes.backends.cpu.ops"
 GEMM_4BIT_MESSAGE = "Failed to load CPU gemm_4bit_forward"
@@ -36,3 +40,20 @@ def install() -> None:
     logger = logging.getLogger(BITSANDBYTES_CPU_LOGGER)  # the logger bitsandbytes will use
     if _not_gemm_4bit not in logger.filters:
         logger.addFilter(_not_gemm_4bit)
+
+
+@contextmanager
+def no_dataset_bars() -> Iterator[None]:
+    """datasets' progress bars off inside the block, as they were after it; left alone where
+    the environment decides them (HF_DATASETS_DISABLE_PROGRESS_BARS set)."""
+    import datasets
+
+    if datasets.config.HF_DATASETS_DISABLE_PROGRESS_BARS is not None \
+            or datasets.are_progress_bars_disabled():
+        yield
+        return
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()

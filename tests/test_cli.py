@@ -277,3 +277,28 @@ def test_under_its_pin_the_command_reproduces_in_process(monkeypatch, executed, 
                      "--results-dir", str(tmp_path)]) == 1
     assert "ATEN_CPU_CAPABILITY differ from the pin's" in capsys.readouterr().err
     assert len(executed) == 1
+
+
+def test_run_of_a_partial_config_writes_where_told(monkeypatch, tmp_path) -> None:
+    """A config of two keys with --results-dir runs on top of the packaged grpo.yaml."""
+    runs: list[dict] = []
+    monkeypatch.setattr("logra.rl.run_grpo", lambda config, progress: runs.append(config)
+                        or pd.DataFrame({"step": [0, 1], "eval_accuracy": [0.25, 0.5]}))
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("defaults:\n  lr: 1e-4\n  optimizer: adamw\n")
+    out = tmp_path / "out"
+    assert cli.main(["run", str(mine), "--scale", "smoke", "--results-dir", str(out),
+                     "--quiet"]) == 0
+    assert runs[-1]["results_dir"] == str(out) and runs[-1]["lr"] == 1e-4
+    assert runs[-1]["model"] == "smoke" and runs[-1]["optimizer"] == "adamw"
+
+
+def test_a_bad_run_config_fails_before_transformers_or_datasets_load(tmp_path) -> None:
+    """`logra-repro run` resolves and checks the config with torch alone: a bad value exits 2
+    naming the key before the libraries a run needs (5-10 s of imports) are loaded."""
+    probe = ("import sys; from logra import cli; code = cli.main(['run', 'grpo', 'lr=fast']); "
+             "print(code, sorted({'transformers', 'datasets', 'peft'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=tmp_path, check=True)
+    assert done.stdout.split("\n")[-2] == "2 []", done.stdout + done.stderr
+    assert "lr must be" in done.stderr

@@ -240,3 +240,17 @@ def test_the_generated_splits_are_those_their_version_names() -> None:
             f"{task} {split} ({n} rows) is no longer what GENERATOR_VERSION "
             f"{synth.GENERATOR_VERSION} names: bump synth.GENERATOR_VERSION (which regenerates "
             "the cached splits; rebuild and ship proxy-1m again) and record the new digests")
+
+
+def test_the_kits_own_conversions_draw_no_dataset_bars(tmp_path, capfd) -> None:
+    """Loading a generated split and mapping it to prompts or SFT pairs prints none of
+    datasets' "Generating train split" or "Map" bars, and leaves datasets' bars as they were."""
+    assert not datasets.are_progress_bars_disabled()
+    train = load_task("gsm-synth", "train", tmp_path)  # writes, then reads the JSON
+    to_prompts(train, "gsm-synth")
+    to_sft(load_task("gsm-synth", "test", tmp_path), "gsm-synth")
+    err = capfd.readouterr().err
+    assert "Generating" not in err and "Map" not in err, err
+    assert not datasets.are_progress_bars_disabled()
+    datasets.Dataset.from_dict({"x": list(range(2000))}).map(lambda row: row)
+    assert "Map" in capfd.readouterr().err  # a user's own map still shows its bar

@@ -73,3 +73,21 @@ def test_the_probe_refuses_a_model_without_logits(outputs: int | None) -> None:
     with pytest.raises(ValueError, match=r"output of shape \(8,( 1)?\).*predicted_kl_threshold"):
         opt.step()
     assert not opt.state
+
+
+def test_the_naive_projection_refuses_a_state_of_another_rank() -> None:
+    """RandomProjectionAdam took the saved groups' rank as torch does: refused, unchanged."""
+    from logra.optim import RandomProjectionAdam
+
+    torch.manual_seed(0)
+    net = nn.Linear(32, 24)
+    saved = RandomProjectionAdam(net.parameters(), lr=1e-2, rank=8)
+    net(torch.randn(4, 32)).square().sum().backward()
+    saved.step()
+    opt = RandomProjectionAdam(net.parameters(), lr=1e-2, rank=4)
+    with pytest.raises(ValueError, match=r"saved with rank=8.*has rank=4"):
+        opt.load_state_dict(saved.state_dict())
+    assert opt.param_groups[0]["rank"] == 4 and not opt.state
+    same = RandomProjectionAdam(net.parameters(), lr=1e-2, rank=8)
+    same.load_state_dict(saved.state_dict())
+    assert same.param_groups[0]["rank"] == 8

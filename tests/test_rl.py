@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import yaml
 from torch.distributions import Categorical, kl_divergence
 from transformers import Qwen2ForCausalLM
 
@@ -285,7 +286,7 @@ def test_a_config_file_in_yaml_1_1_numbers_means_what_it_says(tmp_path) -> None:
                     .replace("clip_eps: 0.2", "clip_eps: 2e-1"))
     assert cfg.resolve(copy, "smoke") == cfg.resolve("grpo", "smoke")
     copy.write_text(text.replace("lr: 1.0e-4 ", "lr: fast "))
-    with pytest.raises(ConfigError, match="lr must be a number, got 'fast'"):
+    with pytest.raises(ConfigError, match=r"lr must be .*, got 'fast'"):
         cfg.resolve(copy, "smoke")
 
 
@@ -319,3 +320,37 @@ def test_the_drift_window_changes_only_runs_with_a_drift_budget() -> None:
     assert cfg.config_hash(budget) != cfg.config_hash({**budget, "kl_drift_window": 1})
     assert cfg.result_keys_differ({**budget, "kl_drift_window": 1}, budget) == [
         "kl_drift_window"]
+
+
+def test_a_config_file_may_hold_only_the_keys_it_changes(tmp_path) -> None:
+    """A user's file lies on top of the packaged grpo.yaml: its defaults, then its scale, over
+    the packaged scale; a key grpo.yaml lacks is refused, naming the key and the file."""
+    partial = tmp_path / "mine.yaml"
+    partial.write_text("defaults:\n  lr: 3e-4\n  optimizer: adamw\nscales:\n  smoke:\n"
+                       "    steps: 3\n")
+    smoke = cfg.resolve("grpo", "smoke")
+    assert cfg.resolve(partial, "smoke") == {**smoke, "lr": 3e-4, "optimizer": "adamw",
+                                            "steps": 3}
+    assert cfg.resolve(partial, "default") == {**cfg.resolve("grpo"), "lr": 3e-4,
+                                              "optimizer": "adamw"}
+    assert cfg.resolve(partial, "smoke", ["lr=1e-3"])["lr"] == 1e-3  # overrides on top
+    with pytest.raises(ConfigError, match=r"unknown scale 'huge' for .*mine\.yaml"):
+        cfg.resolve(partial, "huge")
+    with pytest.raises(ConfigError, match="unknown key 'base' in the overrides"):
+        cfg.resolve(partial, "smoke", ["base=1"])
+    partial.write_text("defaults:\n  lr: 3e-4\n")  # no scales: every scale of grpo.yaml
+    assert cfg.resolve(partial, "1.5b") == {**cfg.resolve("grpo", "1.5b"), "lr": 3e-4}
+    copy = tmp_path / "copy.yaml"  # a copy without the 1.5b scale does not run it
+    spec = yaml.safe_load((EXPERIMENTS_DIR / "grpo.yaml").read_text())
+    del spec["scales"]["1.5b"]
+    copy.write_text(yaml.safe_dump(spec))
+    assert cfg.resolve(copy, "smoke") == cfg.resolve("grpo", "smoke")
+    with pytest.raises(ConfigError, match=r"unknown scale '1\.5b'"):
+        cfg.resolve(copy, "1.5b")
+    partial.write_text("defaults:\n  lr: 3e-4\n  learning_rate: 1e-3\n")
+    with pytest.raises(ConfigError, match=r"mine.yaml is not a GRPO config.*\['learning_rate'\]"):
+        cfg.resolve(partial, "smoke")
+    partial.write_text("defaults:\n  lr: 3e-4\nscales:\n  smoke:\n    learning_rate: 1.0\n")
+    with pytest.raises(ConfigError,
+                       match=r"unknown key 'learning_rate' in scale smoke of .*mine\.yaml"):
+        cfg.resolve(partial, "smoke")

@@ -8,21 +8,21 @@ from __future__ import annotations
 import datasets
 
 from logra.data.registry import get_task
+from logra.quiet import no_dataset_bars
 
 
 def to_prompts(dataset: datasets.Dataset, task: str) -> datasets.Dataset:
     """Columns `prompt` (the text given to the policy) and `gold` (the gold answer string)."""
     spec = get_task(task)
-    return dataset.map(
-        lambda row: {"prompt": spec.prompt(row), "gold": spec.gold(row)},
-        remove_columns=dataset.column_names,
-    )
+    with no_dataset_bars():
+        return dataset.map(lambda row: {"prompt": spec.prompt(row), "gold": spec.gold(row)},
+                           remove_columns=dataset.column_names)
 
 
 def to_sft(dataset: datasets.Dataset, task: str) -> datasets.Dataset:
     """Columns `prompt` and `completion` (the reference solution) for supervised warm-up."""
     spec = get_task(task)
-    return dataset.map(
-        lambda row: {"prompt": spec.prompt(row), "completion": spec.solution(row)},
-        remove_columns=dataset.column_names,
-    )
+    with no_dataset_bars():
+        return dataset.map(
+            lambda row: {"prompt": spec.prompt(row), "completion": spec.solution(row)},
+            remove_columns=dataset.column_names)

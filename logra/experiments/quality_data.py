@@ -30,6 +30,7 @@ from logra.data.text import (
     training_batches,
     windows,
 )
+from logra.quiet import no_dataset_bars
 
 TASKS = ("text", "sft")
 
@@ -131,7 +132,8 @@ class SftBenchmark:
         held = set(validation["prompt"]) | set(test["prompt"])
         rows = to_sft(train.select(range(kept)), "gsm-synth")
         # gsm-synth draws its train rows independently: a few repeat a held-out question
-        rows = rows.filter(lambda row: row["prompt"] not in held)[:]
+        with no_dataset_bars():
+            rows = rows.filter(lambda row: row["prompt"] not in held)[:]
         self.rows = {"train": rows, "validation": validation, "test": test}
 
     def model(self, seed: int) -> nn.Module:

@@ -75,13 +75,14 @@ def check_saved_groups(saved_groups: list[dict[str, Any]], keys: Iterable[str], 
                 "a fresh state")
 
 
-def check_saved_shapes(saved_groups: list[dict[str, Any]],
-                       groups: list[dict[str, Any]]) -> None:
-    """ValueError naming the first param group saved with another `rank` or `oversample` than
-    the optimizer's group: the saved sketch moments have the saved rank's shapes, and loading
-    them would quietly make the optimizer that rank (and its memory that rank's)."""
+def check_saved_shapes(saved_groups: list[dict[str, Any]], groups: list[dict[str, Any]],
+                       keys: tuple[str, ...] = ("rank", "oversample")) -> None:
+    """ValueError naming the first param group saved with another value of `keys` (the
+    hyperparameters that size the moments) than the optimizer's group: the saved moments have
+    the saved rank's shapes, and loading them would quietly make the optimizer that rank (and
+    its memory that rank's)."""
     for i, (saved, group) in enumerate(zip(saved_groups, groups, strict=False)):
-        for key in ("rank", "oversample"):
+        for key in keys:
             if saved[key] != group[key]:
                 raise ValueError(
                     f"state_dict param group {i} was saved with {key}={saved[key]!r}, but this "

@@ -210,7 +210,12 @@ class LoGRA(Optimizer):
         oversample: extra columns of P (generalized Nyström oversampling of the left sketch).
         refresh_every: draw new projections every this many steps (moments are re-sketched into
             the new ones); None keeps them fixed.
+        sketch: False keeps dense AdamW moments for the group (a group key, see params).
         maximize: ascend instead of descend, as in AdamW.
+        foreach: True updates the group's same-shaped matrices stacked and its dense tensors
+            with torch's `_foreach` kernels, False one parameter at a time; None (default)
+            batches tensors of at most 2^18 elements (2^16 on the CPU; `logra.optim.units`).
+            The "blend", "subspace" and "channel" rules have no stacked form.
         process_group: under DDP, the data-parallel group: the JVP probe's KL prediction, made
             on each rank's own batch, is token-averaged over it, so that γ, the calibration and
             the weights stay equal on every rank (default: the whole default group when
@@ -395,8 +400,9 @@ class LoGRA(Optimizer):
         updates and masks Δ on the device, `logra.optim.gate`; `skipped_steps` and `last_step`'s
         "gamma", "skipped", "skipped_steps" then wait on the device until the caller reads
         them), and one with it on: the flag and the prediction read together. (The "subspace"
-        rule's norm limiter reads one more scalar per matrix.) With the control off a skipped
-        step still advances the host-side step counters, which the flag never reaches.
+        and "channel" rules' norm limiter reads one more scalar per matrix.) With the control
+        off a skipped step still advances the host-side step counters, which the flag never
+        reaches.
         """
         loss = None
         if closure is not None:

@@ -24,7 +24,12 @@ from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
 from logra.optim import sketch as sk
-from logra.optim.hyperparameters import check_adamw, check_int, check_saved_groups
+from logra.optim.hyperparameters import (
+    check_adamw,
+    check_int,
+    check_saved_groups,
+    check_saved_shapes,
+)
 from logra.optim.updates import adam_direction
 
 
@@ -74,9 +79,10 @@ class RandomProjectionAdam(Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """As torch does, after refusing another optimizer's state (its dense moments are not
-        the projected ones this optimizer keeps)."""
+        the projected ones this optimizer keeps) and a state saved at another rank."""
         check_saved_groups(state_dict.get("param_groups", []), self.defaults,
                            "RandomProjectionAdam", "the moments of its projected gradients")
+        check_saved_shapes(state_dict.get("param_groups", []), self.param_groups, ("rank",))
         super().load_state_dict(state_dict)
 
     @torch.no_grad()

@@ -17,12 +17,15 @@ From Python (notebooks):
     records = run_grpo(resolve(scale="smoke", optimizer="logra"))
     evaluations(records)        # step, eval_accuracy, kl at the evaluated steps
 
-See docs/real_scale.md for the real-scale runs.
+See docs/real_scale.md for the real-scale runs. The runner's names import transformers on first
+use (`logra.lazy`): resolving a config does not.
 """
 
+from logra.lazy import lazy_attributes
 from logra.optimizers import OPTIMIZERS, build_optimizer, measured_state_bytes, wrap_model
 from logra.rl.config import resolve, run_dir
-from logra.rl.runner import COLUMNS, evaluations, run_grpo
 
 __all__ = ["COLUMNS", "OPTIMIZERS", "build_optimizer", "evaluations", "measured_state_bytes",
            "resolve", "run_dir", "run_grpo", "wrap_model"]
+__getattr__ = lazy_attributes(globals(), {name: "logra.rl.runner" for name in (
+    "COLUMNS", "evaluations", "run_grpo")})

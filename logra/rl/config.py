@@ -75,18 +75,20 @@ def resolve(
 ) -> dict[str, Any]:
     """The validated config of `experiment` at `scale` with `key=value` overrides (and kwargs).
 
-    `experiment` is the packaged `grpo` or any config file with exactly its keys (a copy of
-    experiments/grpo.yaml edited anywhere)."""
+    `experiment` is the packaged `grpo` or any config file of its keys, on top of it: a copy of
+    experiments/grpo.yaml edited anywhere, or a file of only the keys it changes."""
     merged = {**parse_overrides(overrides or []), **values}
     if "scale" in merged:
         raise ConfigError(f"scale is not a key: choose it with --scale ({scale!r} now)")
-    config = load_config(experiment, scale, **merged)
-    expected = {*read_spec(EXPERIMENT)[0], "scale"}
-    missing, unknown = sorted(expected - set(config)), sorted(set(config) - expected)
-    if missing or unknown:
+    keys = set(read_spec(EXPERIMENT)[0])
+    unknown = sorted(set(read_spec(experiment)[0]) - keys)
+    if unknown:
         raise ConfigError(f"{experiment} is not a GRPO config like experiments/{EXPERIMENT}.yaml: "
-                          f"missing keys {missing}, unknown keys {unknown}")
-    return validate(config)
+                          f"unknown keys {unknown}")
+    for key in merged:
+        if key not in keys:
+            raise ConfigError(f"unknown key {key!r} in the overrides; valid keys: {sorted(keys)}")
+    return validate(load_config(experiment, scale, base=EXPERIMENT, **merged))
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:

@@ -89,6 +89,7 @@ from logra.optim.kl import categorical_kl
 from logra.optimizers import build_optimizer, measured_state_bytes, spec, wrap_model
 from logra.paths import checkout_root
 from logra.provenance import fingerprint
+from logra.quiet import no_dataset_bars
 from logra.rl import config as cfg
 from logra.rl.distributed import DataParallel
 from logra.rl.evaluation import PROBLEM_COLUMNS, held_out, summary
@@ -184,7 +185,9 @@ class Trainer:
                          test_rows=config["eval_prompts"])
         prompts = to_prompts(rows, config["task"])
         if config["use_chat_template"] and self.tokenizer.chat_template:
-            prompts = prompts.map(lambda row: {"prompt": chat(self.tokenizer, row["prompt"])})
+            with no_dataset_bars():
+                prompts = prompts.map(
+                    lambda row: {"prompt": chat(self.tokenizer, row["prompt"])})
         return prompts
 
     # ------------------------------------------------------------------ one step
