@@ -71,13 +71,13 @@ def _parse(path: Path) -> dict[str, Any]:
     return spec
 
 
-def _has_scales(path: Path) -> bool:
-    return bool(_parse(path).get("scales"))
-
-
 def read_spec(experiment: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
     """(defaults, scales) of a config file; ConfigError naming the file if it has no defaults."""
-    spec = _parse(config_path(experiment))
+    return _split(_parse(config_path(experiment)))
+
+
+def _split(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(defaults, scales) of a parsed config; a file without `scales` has the one `default`."""
     scales = spec.get("scales") or {FIGURES_SCALE: {}}
     return _numbers(spec["defaults"]), {name: _numbers(values or {})
                                         for name, values in scales.items()}
@@ -110,7 +110,8 @@ def load_config(experiment: str | os.PathLike, scale: str = "default", *,
     `base`, on top of that packaged experiment (module docstring)."""
     path = config_path(experiment)
     name = path.stem
-    defaults, scales = read_spec(experiment)
+    spec = _parse(path)
+    defaults, scales = _split(spec)
     layers = [(f"defaults of {name}", defaults)]
     known = sorted(scales)
     if base is not None and path.resolve() != config_path(base).resolve():
@@ -119,7 +120,7 @@ def load_config(experiment: str | os.PathLike, scale: str = "default", *,
         layers = [(f"defaults of the packaged {base}", base_defaults),
                   (f"scale {scale} of the packaged {base}", base_scales.get(scale) or {}),
                   (f"defaults of {name}", defaults)]
-        known = sorted({*scales, FIGURES_SCALE} if _has_scales(path) else base_scales)
+        known = sorted({*scales, FIGURES_SCALE} if spec.get("scales") else base_scales)
         defaults = base_defaults
     if scale not in known:
         raise ConfigError(f"unknown scale {scale!r} for {name}; valid scales: {known}")
