@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from logra.experiments import optimizer_cost as oc
-from logra.optim import LoGRA
+from logra.optim import LoGRA, rules
 from logra.optim.gate import StepGate, all_finite
 from logra.optim.units import partition, sketch_shapes, slots_with_grad
 
@@ -48,7 +48,8 @@ def logra_phases(optimizer: LoGRA) -> dict[str, float]:
     times, start = {}, time.perf_counter()
     slots = slots_with_grad(optimizer.param_groups)
     units = partition(slots, optimizer.state)
-    sketches = [optimizer._sketch_unit(unit) for unit in units]
+    sketches = [rules.sketch(unit, optimizer.state, optimizer.projection_bank)
+                if unit.sketched else None for unit in units]
     times["work list and sketches"] = time.perf_counter() - start
     start = time.perf_counter()
     checked = [t for unit, sketch in zip(units, sketches, strict=True)
@@ -56,8 +57,10 @@ def logra_phases(optimizer: LoGRA) -> dict[str, float]:
     gate = StepGate(all_finite(checked, None))
     times["finiteness flag"] = time.perf_counter() - start
     start = time.perf_counter()
-    with optimizer._packings.step():
-        updates = optimizer._updates(units, sketches, gate)
+    context = rules.StepContext(optimizer.state, optimizer.projection_bank, optimizer.packings,
+                                gate)
+    with optimizer.packings.step():
+        updates = rules.unit_updates(units, sketches, context)
     times["moments and Δ"] = time.perf_counter() - start
     start = time.perf_counter()
     for update in updates:

@@ -337,18 +337,18 @@ def test_a_unit_not_stepped_lets_its_buffers_go_and_a_failed_step_keeps_them() -
     """The packings kept between steps are those of the units stepped last; a step that raises
     keeps the previous step's, so the next step reuses them."""
     params, opt, g = _stepped(SHAPES, 2)
-    kept = dict(opt._packings._kept)
+    kept = dict(opt.packings._kept)
     assert len(kept) == 2  # the gain family and the batched vectors
-    with pytest.raises(RuntimeError, match="in the step"), opt._packings.step():
-        opt._packings.pinned(("other",), [{}], FlatMoments.gather, [torch.zeros(2)],
+    with pytest.raises(RuntimeError, match="in the step"), opt.packings.step():
+        opt.packings.pinned(("other",), [{}], FlatMoments.gather, [torch.zeros(2)],
                              [torch.zeros(2)])
         raise RuntimeError("in the step")
-    assert opt._packings._kept == kept
+    assert opt.packings._kept == kept
     for p in params[:-2]:  # the vectors get no gradient: their unit is not stepped
         p.grad = torch.randn(p.shape, generator=g)
     for p in params[-2:]:
         p.grad = None
     opt.step()
-    assert len(opt._packings._kept) == 1
-    assert next(iter(opt._packings._kept.values())) is next(
+    assert len(opt.packings._kept) == 1
+    assert next(iter(opt.packings._kept.values())) is next(
         v for v in kept.values() if isinstance(v, PackedMoments))  # reused, not packed again

@@ -16,7 +16,9 @@ from typing import Any
 
 from torch import Tensor
 
-RECONSTRUCTIONS = ("gain", "nystrom", "blend", "subspace", "channel")
+from logra.optim.rules import RULES, rule
+
+RECONSTRUCTIONS = tuple(RULES)  # the kit's own rules (`logra.optim.rules`), by name
 KL_ESTIMATORS = ("calibrated", "diag", "jvp")
 # The step control's hyperparameters. They live in the param groups like lr, but the control is
 # global (one γ for the whole step, from a prediction summed over every group), so every group
@@ -99,13 +101,10 @@ def check_int(name: str, value: Any, least: int) -> None:
 
 
 def check_sketch(group: dict[str, Any]) -> None:
-    """rank ≥ 1, oversample ≥ 0, a known reconstruction, rtol in [0, 1), sketch a bool."""
+    """rank ≥ 1, oversample ≥ 0, a registered reconstruction rule, rtol in [0, 1), sketch a bool."""
     check_int("rank", group["rank"], 1)
     check_int("oversample", group["oversample"], 0)
-    if group["reconstruction"] not in RECONSTRUCTIONS:
-        raise ValueError(
-            f"Invalid reconstruction: {group['reconstruction']!r} (one of {RECONSTRUCTIONS})"
-        )
+    rule(group["reconstruction"])  # a registered rule, or a ValueError naming them
     if not is_number(group["rtol"]) or not 0 <= group["rtol"] < 1:
         raise ValueError(f"Invalid rtol: {group['rtol']!r} (must lie in [0, 1))")
     if not isinstance(group["sketch"], bool):

@@ -8,29 +8,19 @@ shape[0] × rest) and seeded orthonormal projections P ∈ R^{m×k}, Q ∈ R^{n�
     m_R ← β₁ m_R + (1−β₁) R_t         v_R ← β₂ v_R + (1−β₂) R_t²               m×r each
 
 Hats denote AdamW's bias corrections (m̂ = m / (1−β₁ᵗ), v̂ = v / (1−β₂ᵗ)). The direction U is
-rebuilt from the sketches by one of five rules (`reconstruction=`):
+rebuilt from the sketches by a reconstruction rule (`reconstruction=`), one module each in
+`logra.optim.rules`, where its math is written out (u = m̂/(√v̂+ε) in sketch space):
 
-    "gain"     U = diag(√s) G diag(√c),  c_j = ‖u_L[:,j]‖/‖L[:,j]‖,  s_i = ‖u_R[i,:]‖/‖R[i,:]‖,
-               with u = m̂/(√v̂+ε) in sketch space (two-sided APOLLO-style channel scaling)
-    "nystrom"  U = M̂ / (√V̂ + ε),  M̂ = m̂_R (Pᵀ m̂_R)^† m̂_L  (truncated pseudo-inverse, `rtol`),
-               V̂_ij = ρ_i κ_j / Σρ from the sketches' second moments (see `sketch.energies`)
-    "channel"  U = ζ diag(s) G if m ≥ n, else ζ G diag(c) (s, c the full ratios above): APOLLO's
-               one-sided channel-wise scaling (Zhu et al. 2024) along the larger side, with
-               Fira's norm-growth limiter ζ ≤ 1 on the scaled gradient, as APOLLO applies it
-
-Two more rules put the momentum's direction back from the same state, through the projection
-P L = P Pᵀ G onto span(P), which keeps G's columns (`logra.optim.updates`):
-
-    "blend"    U = (G + P (m̂_L − L)) diag(φ), φ_j = ‖u_L[:,j]‖ / max(‖L[:,j]‖, ‖m̂_L[:,j]‖): the
-               gradient with its part in span(P) replaced by the momentum's (a Flora/Fira blend)
-    "subspace" U = P u_L + (G − P L) diag(ζφ), φ_j = ‖u_L[:,j]‖ / ‖L[:,j]‖: Adam inside span(P)
-               plus the scaled residual outside it, ζ Fira's norm-growth limiter (Chen et al. 2024)
+    "gain"     diag(√s) G diag(√c), s, c row/column ratios ‖u‖/‖sketch‖ (two-sided APOLLO)
+    "nystrom"  M̂ / (√V̂ + ε), M̂ = m̂_R (Pᵀ m̂_R)^† m̂_L (generalized Nyström, truncated at `rtol`)
+    "channel"  ζ diag(s) G or ζ G diag(c) along the larger side (APOLLO, Fira's limiter ζ ≤ 1)
+    "blend"    (G + P (m̂_L − L)) diag(φ): G with its part in span(P) the momentum's (Flora/Fira)
+    "subspace" P u_L + (G − P L) diag(ζφ): Adam inside span(P), the scaled residual outside (Fira)
 
 and the tentative update is Δ = −lr·(U + λ·W) (decoupled weight decay λ). Parameters that are
 1-D, in a group with `sketch=False`, or too small for a sketch to save memory get AdamW's exact
 update instead (a matrix too small warns when its group is built, `add_param_group`); a state
-saved at another rank is refused (`load_state_dict`). The norm-growth limiters ζ of "subspace"
-and "channel" are `logra.optim.limiter`.
+saved at another rank is refused (`load_state_dict`).
 Before any weight changes, the whole step is scaled once:
 
     KL̂ = ½ Δᵀ F Δ,    γ = min(1, √(δ / KL̂)),    W ← W + γ Δ
@@ -78,10 +68,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.optimizer import ParamsT
 
-from logra.optim import batched, gain, moments
-from logra.optim import sketch as sk
+from logra.optim import moments, rules
 from logra.optim.control import KLControl, predicted_fisher, step_scale
-from logra.optim.distributed import local, mesh_group, reducer
+from logra.optim.distributed import mesh_group
 from logra.optim.gate import StepGate, all_finite
 from logra.optim.hyperparameters import (
     KL_CONTROL_KEYS,
@@ -91,27 +80,10 @@ from logra.optim.hyperparameters import (
     check_sketch,
     common_kl_control,
 )
-from logra.optim.limiter import channel_limit, residual_limit
-from logra.optim.packing import FlatMoments, PackedMoments, Packings
+from logra.optim.packing import Packings
 from logra.optim.projections import ProjectionBank
 from logra.optim.report import StepReport
-from logra.optim.units import (
-    Slot,
-    Unit,
-    is_sketched,
-    partition,
-    sketch_shapes,
-    slots_with_grad,
-)
-from logra.optim.updates import (
-    BlendUpdate,
-    DenseUpdate,
-    GainUpdate,
-    NystromUpdate,
-    SubspaceUpdate,
-    Update,
-    as_matrix,
-)
+from logra.optim.units import is_sketched, partition, sketch_shapes, slots_with_grad
 
 # The report's settings for RL fine-tuning at 1.5B: `LoGRA(params, **REPORT_RL_SETTINGS)`. (The
 # constructor's defaults are AdamW's, with the KL control off: what a drop-in loop expects.)
@@ -185,8 +157,8 @@ class LoGRA(Optimizer):
             per-step QR or host-to-device copy); False regenerates them every step and keeps
             nothing outside `optimizer.state` (the report's zero persistent memory, and what an
             offloading trainer needs; `logra.optim.projections`: the measured costs).
-        reconstruction: "gain" (default), "nystrom", "blend", "subspace" or "channel"; see
-            the module docstring.
+        reconstruction: "gain" (default), "nystrom", "blend", "subspace", "channel", or a rule
+            of one's own registered in `logra.optim.rules`; see the module docstring.
         kl_estimator: how KL̂ is predicted, in nats per token (`logra.optim.control`):
             "calibrated" (default): an exact JVP probe on a subsample of the batch of
             `attach(model)` or `set_kl_batch`, and between probes (or without a batch, from KLs
@@ -274,8 +246,9 @@ class LoGRA(Optimizer):
             kl_drift_window=kl_drift_window,
         )
         self._report = StepReport()
-        # the pinned moments of gain families and dense units (`logra.optim.packing`), by unit
-        self._packings = Packings()  # the moments' buffers, kept between steps
+        # the moments of gain families and dense units packed in buffers that the state's
+        # entries are views of, kept between steps (`logra.optim.packing`)
+        self.packings = Packings()
         super().__init__(params, defaults)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -421,12 +394,14 @@ class LoGRA(Optimizer):
         # leave half-stepped are copied first, and put back if it does
         saved = moments.snapshot(self.state, [s.param for s in slots]) if probe else None
         units = partition(slots, self.state)
-        sketches = [self._sketch_unit(unit) for unit in units]
+        sketches = [rules.sketch(unit, self.state, self.projection_bank) if unit.sketched
+                    else None for unit in units]
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
                    for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])]
         gate = StepGate(all_finite(checked, mesh))
-        with self._packings.step():  # a unit not stepped now lets its buffers go
-            updates = self._updates(units, sketches, gate)
+        context = rules.StepContext(self.state, self.projection_bank, self.packings, gate)
+        with self.packings.step():  # a unit not stepped now lets its buffers go
+            updates = rules.unit_updates(units, sketches, context)
         self.projection_bank.end_step()
         if threshold is None:  # nothing to read on the host: a skipped step is masked on the device
             for update in updates:
@@ -450,7 +425,7 @@ class LoGRA(Optimizer):
                                .to(gate.ok.device))
             except BaseException:
                 moments.restore(self.state, saved)
-                self._packings.clear()  # they pin the moments just put aside
+                self.packings.clear()  # they pin the moments just put aside
                 raise
         finite, *values = torch.stack(scalars).tolist()
         self._report.settle(values)
@@ -489,7 +464,7 @@ class LoGRA(Optimizer):
         plans: list[tuple[Tensor, Tensor] | None] = []
         for p in params:
             group = group_of.get(id(p))
-            if (group is None or group["reconstruction"] != "nystrom"
+            if (group is None or not rules.rule(group["reconstruction"]).sketch_only
                     or not is_sketched(group, p.shape)):
                 plans.append(None)
                 continue
@@ -512,203 +487,6 @@ class LoGRA(Optimizer):
             raise ValueError(f"parameter of shape {tuple(param.shape)} has no sketch moments "
                              "(not sketched, or no step taken yet)")
         return self.projection_bank.pair(group, param, int(state["step"].item()))
-
-    def _sketch_unit(self, unit: Unit) -> tuple | None:
-        """Sketches of a unit's gradients, changing no state: (P, Q, L, R), or (P, Q, G, L, R)
-        with the stacked gradients when batched; None for dense units.
-
-        For row shards P is the shard's rows of P, L the all-reduced sum of the shards' Pᵢᵀ Gᵢ
-        and R the shard's rows of G Q.
-        """
-        if not unit.sketched:
-            return None
-        first = unit.slots[0]
-        state = self.state[first.param]
-        step = int(state["step"].item()) if state else 0
-        P, Q = self.projection_bank.pair(first.group, first.param, step + 1)
-        reduce = reducer(first.shard)
-        if first.shard is not None:
-            P = P[first.shard.slice]
-        if not unit.batched:
-            L, R = sk.sketch(as_matrix(first.grad), P, Q)
-            return P, Q, reduce(L), R
-        G, L, R = batched.stacked_sketch([s.grad for s in unit.slots], P, Q)
-        return P, Q, G, reduce(L), R
-
-    def _updates(self, units: list[Unit], sketches: list[tuple | None], gate: StepGate) -> list:
-        """Update every unit's moments (gated by the step's finiteness flag) and return the
-        rules that yield their Δ, in unit order. The gain rule's sketched units of one group and
-        step count are taken together (`logra.optim.gain`); the others one unit at a time."""
-        updates: list = [None] * len(units)
-        families: dict[tuple, list[tuple[int, gain.Member]]] = {}
-        for i, (unit, sketch) in enumerate(zip(units, sketches, strict=True)):
-            first = unit.slots[0]
-            if not (unit.sketched and first.group["reconstruction"] == "gain"):
-                updates[i] = self._update_unit(unit, sketch, gate)
-                continue
-            P, Q, *_, L, R = sketch
-            states = [self._sketch_state(s, L[0] if unit.batched else L,
-                                         R[0] if unit.batched else R, P, Q) for s in unit.slots]
-            member = gain.Member(L=L, R=R, rows=first.param.shape[0],
-                                 moments=[moments.sketch_moments(st) for st in states])
-            key = (id(first.group), int(states[0]["step"].item()), first.shard is None)
-            families.setdefault(key, []).append((i, member))
-        for (_, step, unsharded), family in families.items():
-            first = units[family[0][0]].slots[0]
-            members = [member for _, member in family]
-            packed = None  # FSDP2 shards: family_factors packs copies for the step
-            if unsharded:
-                slots = [s for i, _ in family for s in units[i].slots]
-                packed = self._pinned(first.group, slots, PackedMoments.gather,
-                                      [m for member in members for m in member.moments])
-            factors = gain.family_factors(members, first.group, step, gate,
-                                          reducer(first.shard), packed)
-            for (i, _), factor in zip(family, factors, strict=True):
-                updates[i] = self._gain_update(units[i], sketches[i], factor)
-        return updates
-
-    @staticmethod
-    def _gain_update(unit: Unit, sketch: tuple, factors: gain.GainFactors) -> Update:
-        """The gain rule's Δ of one unit from its factors: a matrix's rows a block at a time, or
-        a stack's Δ over its stacked gradients."""
-        group = unit.slots[0].group
-        lr, weight_decay = float(group["lr"]), group["weight_decay"]
-        if unit.batched:
-            return batched.gain_update([s.weight for s in unit.slots], sketch[2],
-                                       factors.row_factor, factors.col_gain, factors.row_weight,
-                                       factors.col_weight, lr, weight_decay)
-        slot = unit.slots[0]
-        return GainUpdate(param=slot.weight, lr=lr, weight_decay=weight_decay,
-                          grad=as_matrix(slot.grad), row_factor=factors.row_factor,
-                          col_gain=factors.col_gain, row_weight=factors.row_weight,
-                          col_weight=factors.col_weight)
-
-    def _update_unit(self, unit: Unit, sketch: tuple | None, gate: StepGate):
-        """Update the unit's moments (gated by the step's finiteness flag) and return the rule
-        that yields its Δ (the rules other than gain, and dense AdamW)."""
-        if unit.sketched and unit.batched:
-            return self._stacked_update(unit.slots, *sketch, gate=gate)
-        if unit.sketched:
-            return self._sketched_update(unit.slots[0], *sketch, gate=gate)
-        if unit.batched:
-            return self._foreach_dense_update(unit.slots, gate)
-        return self._dense_update(unit.slots[0], gate)
-
-    def _stacked_update(
-        self, slots: list[Slot], P: Tensor, Q: Tensor, G: Tensor, L: Tensor, R: Tensor, *,
-        gate: StepGate,
-    ) -> batched.StackedUpdate:
-        """Moments of B same-shaped matrices (Nyström) by foreach ops; their Δ on the stack."""
-        states = [self._sketch_state(s, L[0], R[0], P, Q) for s in slots]
-        stacked_moments = ([local(s[name]) for s in states] for name in moments.SKETCH_MOMENTS)
-        return batched.StackedUpdate.nystrom(
-            [s.weight for s in slots], G, L, R, P, *stacked_moments, int(states[0]["step"].item()),
-            slots[0].param.shape[0], slots[0].group, gate, reducer(slots[0].shard))
-
-    def _sketched_update(
-        self, slot: Slot, P: Tensor, Q: Tensor, L: Tensor, R: Tensor, *, gate: StepGate
-    ) -> Update:
-        """Update the sketch moments with (L, R); return the rule that yields Δ."""
-        group = slot.group
-        beta1, beta2 = group["betas"]
-        state = self._sketch_state(slot, L, R, P, Q)
-        step = int(state["step"].item())
-        if group["maximize"]:
-            L, R = L.neg_(), R.neg_()
-        m_L, v_L, m_R, v_R = moments.sketch_moments(state)
-        gate.update_moments([m_L, m_R], [v_L, v_R], [L, R], beta1, beta2)
-
-        bias1, bias2 = 1 - beta1**step, 1 - beta2**step
-        rho, kappa = sk.energies(v_R / bias2, v_L / bias2, rows=slot.param.shape[0])
-        reduce = reducer(slot.shard)
-        grad = as_matrix(slot.grad)
-        common = dict(param=slot.weight, lr=float(group["lr"]),
-                      weight_decay=group["weight_decay"],
-                      row_weight=rho / reduce(rho.sum()).clamp_min(1e-30), col_weight=kappa)
-        if group["reconstruction"] == "channel":
-            u_L = (m_L / bias1).div_((v_L / bias2).sqrt_().add_(group["eps"]))
-            u_R = (m_R / bias1).div_((v_R / bias2).sqrt_().add_(group["eps"]))
-            rows_are_channels = slot.param.shape[0] >= L.shape[1]
-            row_gain, col_gain = sk.channel_gains(L, R, u_L, u_R, rows_are_channels)
-            row_gain *= channel_limit(state, grad, row_gain, col_gain, rows_are_channels,
-                                      reduce, gate)
-            # D = s ⊙ (−G) ⊙ c on the unnegated gradient under maximize
-            sign = -1.0 if group["maximize"] else 1.0
-            return GainUpdate(grad=grad, row_factor=row_gain.mul_(-common["lr"] * sign),
-                              col_gain=col_gain, **common)
-        if group["reconstruction"] == "nystrom":
-            left = m_R / bias1
-            right = sk.nystrom_right(left, m_L / bias1, P, group["rtol"], reduce)
-            return NystromUpdate(left=left, right=right, eps=group["eps"], **common)
-        m_hat = m_L / bias1
-        u_L = m_hat / (v_L / bias2).sqrt_().add_(group["eps"])
-        moves = dict(grad=grad, grad_sign=-1.0 if group["maximize"] else 1.0, P=P, **common)
-        if group["reconstruction"] == "blend":
-            scale = sk.column_scale(u_L, torch.maximum(sk.norms(L, 0), sk.norms(m_hat, 0)))
-            return BlendUpdate(left_gap=m_hat - L, col_scale=scale, **moves)
-        scale = sk.column_scale(u_L, sk.norms(L, 0))
-        scale *= residual_limit(state, grad, L, scale, reduce, gate)
-        return SubspaceUpdate(left_adam=u_L, left_grad=L, col_scale=scale, **moves)
-
-    def _sketch_state(self, slot: Slot, L: Tensor, R: Tensor, P: Tensor, Q: Tensor) -> dict:
-        """The slot's sketch-moment state (`logra.optim.moments`), created on first use, its step
-        advanced, and on the first step of a refresh epoch its moments carried into P, Q (P: this
-        rank's rows of P when sharded)."""
-        m = slot.param.shape[0]
-        state = moments.sketch_state(self.state[slot.param], L, R, slot.shard, rows=m)
-        epoch = self.projection_bank.epoch(int(state["step"].item()))
-        if epoch != state["epoch"]:
-            group = slot.group
-            k = group["rank"] + group["oversample"]
-            P_old = self.projection_bank.draw(group["seed"], 0, m, k, state["epoch"],
-                                              slot.param.device)
-            if slot.shard is not None:
-                P_old = P_old[slot.shard.slice]
-            moments.transport(state, P_old, P, Q, group["rtol"], reducer(slot.shard), rows=m)
-            state["epoch"] = epoch
-        return state
-
-    def _dense_update(self, slot: Slot, gate: StepGate) -> Update:
-        """AdamW's moments for a 1-D, small or unsketched parameter; return its rule."""
-        group = slot.group
-        beta1, beta2 = group["betas"]
-        state = moments.dense_state(self.state[slot.param], slot.param)
-        step = int(state["step"].item())
-        grad = slot.grad.float()
-        if group["maximize"]:
-            grad = -grad
-        exp_avg, exp_avg_sq = local(state["exp_avg"]), local(state["exp_avg_sq"])
-        gate.update_moments([exp_avg], [exp_avg_sq], [grad], beta1, beta2)
-        return DenseUpdate(
-            param=slot.weight, lr=float(group["lr"]), weight_decay=group["weight_decay"],
-            exp_avg=as_matrix(exp_avg), exp_avg_sq=as_matrix(exp_avg_sq),
-            bias1=1 - beta1**step, bias2=1 - beta2**step, eps=group["eps"],
-        )
-
-    def _foreach_dense_update(
-        self, slots: list[Slot], gate: StepGate
-    ) -> batched.ForeachDenseUpdate:
-        """AdamW's moments of dense tensors with one step count, packed flat (pinned as views of
-        the buffers, or packed into copies for the step under FSDP2); their rule."""
-        states = [moments.dense_state(self.state[s.param], s.param) for s in slots]
-        own = [local(st["exp_avg"]) for st in states], [local(st["exp_avg_sq"]) for st in states]
-        sharded = slots[0].shard is not None
-        packed = (FlatMoments.gather(*own) if sharded
-                  else self._pinned(slots[0].group, slots, FlatMoments.gather, *own))
-        update = batched.ForeachDenseUpdate.build(
-            [s.weight for s in slots], [s.grad for s in slots], packed,
-            int(states[0]["step"].item()), slots[0].group, gate)
-        if sharded:
-            packed.scatter(*own)
-        return update
-
-    def _pinned(self, group: dict[str, Any], slots: list[Slot],
-                gather: Callable[..., PackedMoments | FlatMoments],
-                *moments: list) -> PackedMoments | FlatMoments:
-        """The packing of a unit's moments (`logra.optim.packing`): last step's while the slots'
-        states still hold its views, else `gather(*moments)` and pinned; kept for next step."""
-        return self._packings.pinned((id(group), *(id(s.param) for s in slots)),
-                                     [self.state[s.param] for s in slots], gather, *moments)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -738,6 +516,6 @@ class LoGRA(Optimizer):
         self.skipped_steps = int(state_dict.pop("skipped_steps", 0))
         self._control.load_state_dict(state_dict, settings["kl_drift_window"])
         self.projection_bank.clear()
-        self._packings.clear()  # the loaded moments are packed again at the next step
+        self.packings.clear()  # the loaded moments are packed again at the next step
         super().load_state_dict(state_dict)
         moments.restore_fp32(self.state, self.param_groups, state_dict)

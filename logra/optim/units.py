@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from logra.optim.distributed import RowShard, local, row_shard
+from logra.optim.rules import rule
 
 # foreach=None batches tensors of at most this many elements: on an accelerator, where every
 # kernel launch costs, BATCH_MAX_NUMEL; on the CPU, where the stacked copies cost memory traffic
@@ -117,8 +118,8 @@ def partition(slots: list[Slot], state: dict[Tensor, dict[str, Any]]) -> list[Un
         limit = CPU_BATCH_MAX_NUMEL if slot.param.device.type == "cpu" else BATCH_MAX_NUMEL
         batched = slot.param.numel() <= limit if foreach is None else foreach
         sketched = is_sketched(slot.group, slot.param.shape)
-        if sketched and slot.group["reconstruction"] in ("blend", "subspace", "channel"):
-            batched = False  # no stacked form of these rules (yet)
+        if sketched and not rule(slot.group["reconstruction"]).stacked:
+            batched = False  # the rule has no stacked form
         param_state = state[slot.param]
         step = int(param_state["step"].item()) if param_state else 0
         key = ((id(slot.group), sketched, tuple(slot.param.shape) if sketched else (), step,
