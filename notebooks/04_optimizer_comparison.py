@@ -47,6 +47,7 @@ import time
 
 from logra import paths
 from logra.experiments import comparison, grpo_runs, report
+from logra.experiments.grpo_runs import Run
 
 # %% tags=["parameters"]
 scale = "default"
@@ -60,7 +61,8 @@ chosen_lrs = None  # a sweep table (comparison_sweep.csv) to read the lrs from; 
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 cfg = comparison.config(scale, seeds=seeds, steps=steps, results_dir=results_dir,
                         chosen_lrs=chosen_lrs)
-example = comparison.grpo_config(cfg, cfg["models"][0], "logra", cfg["seeds"][0])
+example = comparison.grpo_config(cfg, Run(model=cfg["models"][0], method="logra",
+                                          seed=cfg["seeds"][0]))
 lrs = (f"the lrs chosen in {cfg['chosen_lrs']}" if comparison.reads_chosen(cfg)
        else f"lr grids {cfg['lr_grid']} at seed {cfg['sweep_seed']}")
 print(f"scale {scale!r}: {len(cfg['methods'])} methods on {cfg['models']}, {cfg['steps']} GRPO "

@@ -46,7 +46,7 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
 
     cfg = comparison.config("smoke", methods=["adamw", "logra-r4"],
                             lr_grid={"adamw": [1e-4], "logra-r4": [3e-4]})
-    run = grpo_runs.grpo_config(cfg, "logra-r4", seed=1)
+    run = grpo_runs.grpo_config(cfg, grpo_runs.Run(method="logra-r4", seed=1))
     assert (run["optimizer"], run["rank"], run["seed"]) == ("logra", 4, 1)
     assert run["predicted_kl_threshold"] == cfg["kl_budget"]  # controlled: the experiment's δ
 

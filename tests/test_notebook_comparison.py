@@ -14,6 +14,7 @@ import pytest
 from logra import notebooks
 from logra.experiments import comparison as cmp
 from logra.experiments import kl_trajectories as kt
+from logra.experiments.grpo_runs import Run
 from logra.experiments.report import VERDICTS
 from logra.methods import METHODS
 from logra.models import SCALES
@@ -56,7 +57,8 @@ def test_notebook_sweeps_then_runs_the_seeds_at_the_chosen_lr(executed, assert_f
     assert lora < adamw  # adapters' moments only
     # every run holds its per-problem evaluations before and after
     stored = cmp.config("smoke", results_dir=str(results))
-    run_dir = grpo.run_dir(cmp.grpo_config(stored, "smoke", "adamw", 0, 1.0e-4))
+    run_dir = grpo.run_dir(cmp.grpo_config(stored, Run(model="smoke", method="adamw", seed=0,
+                                                     lr=1.0e-4)))
     problems = pd.read_csv(run_dir / "problems.csv")
     assert sorted(problems["step"].unique()) == [0, cfg["steps"]]
     assert len(problems) == 2 * cfg["eval_prompts"]
@@ -137,13 +139,13 @@ def test_scales_and_bad_configs() -> None:
     default = cmp.config("default")
     assert default["models"] == ["proxy-1m"] and cmp.reads_chosen(default)
     assert default["methods"] == ["adamw", "lora", "logra"] and default["seeds"] == [0, 1, 2]
-    run = cmp.grpo_config(default, "proxy-1m", "lora", 0, 1e-3)
+    run = cmp.grpo_config(default, Run(model="proxy-1m", method="lora", seed=0, lr=1e-3))
     assert (run["group_size"], run["prompts_per_step"], run["eval_every"]) == (16, 8, 100)
     assert (run["eval_prompts"], run["eval_samples"], run["eval_sampled_prompts"]) == (
         5000, 4, 2000)
     assert all(len(cmp.config("full")["lr_grid"][m]) == 3 for m in default["methods"])
     gpu = cmp.config("7b")
-    config = cmp.grpo_config(gpu, gpu["models"][0], "lora", 0)
+    config = cmp.grpo_config(gpu, Run(model=gpu["models"][0], method="lora", seed=0))
     assert config["model"] == "Qwen/Qwen2.5-7B-Instruct" and config["task"] == "gsm8k"
     assert gpu["extra_eval_tasks"] == ["math"]
     with pytest.raises(ValueError, match="unknown methods"):
@@ -236,8 +238,9 @@ def test_a_committed_sweep_table_gives_the_lrs_and_replaces_the_sweep(tmp_path, 
     ran = []
 
     def execute(cfg, runs, desc, progress):
-        ran.extend(runs)
-        rows = pd.DataFrame(runs, columns=["model", "method", "lr", "seed"])
+        ran.extend((r.model, r.method, r.lr, r.seed) for r in runs)
+        rows = pd.DataFrame([(r.model, r.method, r.lr, r.seed) for r in runs],
+                            columns=["model", "method", "lr", "seed"])
         return rows, pd.DataFrame(columns=["model", "method", "problem"])
 
     monkeypatch.setattr(cmp, "_execute", execute)
@@ -266,7 +269,8 @@ def test_the_default_reads_the_committed_sweep() -> None:
     for method, row in chosen.iterrows():
         grid = default["lr_grid"][method]
         assert row["lr"] in grid and row["grid"] == len(grid), method
-        assert cmp.grpo_config(default, "proxy-1m", method, 0)["lr"] == row["lr"]
+        run = Run(model="proxy-1m", method=method, seed=0)
+        assert cmp.grpo_config(default, run)["lr"] == row["lr"]
 
 
 def test_paired_tests_find_a_real_difference_and_not_a_null_one() -> None:

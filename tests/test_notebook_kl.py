@@ -15,6 +15,7 @@ from torch import nn
 from logra import notebooks
 from logra.experiments import comparison, grpo_runs, jobs, kl_control
 from logra.experiments import kl_trajectories as kt
+from logra.experiments.grpo_runs import Run
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import VERDICTS
 from logra.optimizers import build_optimizer
@@ -101,8 +102,8 @@ def test_methods_map_to_the_intended_optimizer_settings() -> None:
 def test_default_runs_are_notebook_04s_and_high_lr_notebook_09s_stress_runs() -> None:
     cfg, theirs = kt.config("default"), comparison.config("default")
     for method, lr in (("adamw", 1e-4), ("logra", 3e-4)):
-        assert kt.grpo_config(cfg, method, 0) == comparison.grpo_config(theirs, "proxy-1m",
-                                                                       method, 0, lr)
+        assert kt.grpo_config(cfg, method, 0) == comparison.grpo_config(
+            theirs, Run(model="proxy-1m", method=method, seed=0, lr=lr))
     high, stress = kt.config("high-lr"), kl_control.config("default")
     runs = {r.method: r for r in kl_control.plan(stress)
             if r.lr == stress["stress_lr"] and r.delta in (None, stress["kl_budget"])}
@@ -289,7 +290,8 @@ def test_calibration_probe_predicts_the_measured_step_kl(learning_smoke) -> None
     ratio = frame["step_kl"] / frame["jvp_kl"]
     assert ratio.iloc[1:].between(0.5, 2.0).all(), ratio.tolist()
     # the calibration run takes the same steps as LoGRA without control
-    nokl = grpo_runs.grpo_job(grpo_runs.grpo_config(cfg | {"steps": 3}, "logra-nokl", 0))
+    nokl = grpo_runs.grpo_job(grpo_runs.grpo_config(cfg | {"steps": 3},
+                                                      Run(method="logra-nokl", seed=0)))
     assert np.allclose(nokl["kl"].iloc[1:], frame["kl"], atol=1e-7)
     # and it is cached
     again = kt.calibration_run(kt.calibration_config(cfg, 0))

@@ -13,6 +13,7 @@ import pytest
 from logra import notebooks
 from logra.experiments import comparison
 from logra.experiments import kl_control as kc
+from logra.experiments.grpo_runs import Run
 from logra.experiments.report import VERDICTS
 from logra.rl import config as grpo
 from logra.rl import runner
@@ -51,9 +52,11 @@ def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
     # the points with notebook 04's method, lr and seed are notebook 04's runs
     default, theirs = kc.config("default"), comparison.config("default")
     for method, lr in (("adamw", 1e-4), ("logra", 3e-4), ("logra", 1e-3)):
-        mine = kc.grpo_config(default, kc.Run("frontier", method, lr, 0.02
-                                              if method == "logra" else None, 0))
-        assert mine == comparison.grpo_config(theirs, "proxy-1m", method, 0, lr)
+        mine = kc.grpo_config(default, Run(study="frontier", method=method, lr=lr, seed=0,
+                                           delta=0.02 if method == "logra" else None,
+                                           eval_every=default["steps"]))
+        assert mine == comparison.grpo_config(theirs, Run(model="proxy-1m", method=method,
+                                                          seed=0, lr=lr))
 
 
 @pytest.mark.parametrize(("points", "message"), [

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from logra import io, paths
 from logra.config import load_config
 from logra.data import get_task
 from logra.experiments import grpo_runs
+from logra.experiments.grpo_runs import Run
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
@@ -123,17 +125,14 @@ def reads_chosen(cfg: dict[str, Any]) -> bool:
     return cfg["chosen_lrs"] is not None
 
 
-def grpo_config(cfg: dict[str, Any], model: str, method: str, seed: int,
-                lr: float | None = None) -> dict[str, Any]:
-    """The resolved GRPO config of one run: `method` at `lr` (None: its chosen lr where the
-    lrs are read, else the first of its grid), evaluated before and after training."""
+def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+    """The resolved GRPO config of one run, evaluated before and after training; a run without
+    an lr is at its method's chosen lr where the lrs are read, else at the first of its grid."""
+    lr = run.lr
     if lr is None:
-        lr = (read_chosen(cfg).loc[(model, method), "lr"] if reads_chosen(cfg)
-              else cfg["lr_grid"][method][0])
-    values = {"model": model, "eval_every": cfg["steps"], "lr": lr}
-    if cfg["task"] is not None:
-        values["task"] = cfg["task"]
-    return grpo_runs.grpo_config(cfg, method, seed, **values)
+        lr = (read_chosen(cfg).loc[(run.model, run.method), "lr"] if reads_chosen(cfg)
+              else cfg["lr_grid"][run.method][0])
+    return grpo_runs.grpo_config(cfg, replace(run, lr=lr, eval_every=cfg["steps"]))
 
 
 # ---------------------------------------------------------------- running
@@ -169,13 +168,12 @@ def run_job(config: dict[str, Any], extra_tasks: list[str]) -> dict[str, Any]:
                 extra={task: extra_accuracy(config, task) for task in extra_tasks})
 
 
-def _run_row(run: tuple, result: dict[str, Any]) -> dict[str, Any]:
-    model, method, lr, seed = run
+def _run_row(run: Run, result: dict[str, Any]) -> dict[str, Any]:
     records, problems = result["records"], result["problems"]
     train = records[records["step"] >= 1]
     last = int(train["step"].max())
     before, after = (problems[problems["step"] == s] for s in (0, last))
-    return dict(model=model, method=method, lr=lr, seed=seed,
+    return dict(model=run.model, method=run.method, lr=run.lr, seed=run.seed,
                 greedy_before=before["greedy"].mean(), greedy=after["greedy"].mean(),
                 sampled_before=before["sampled"].mean(), sampled=after["sampled"].mean(),
                 final_kl=float(train["kl"].tail(FINAL_STEPS).mean()),
@@ -184,26 +182,25 @@ def _run_row(run: tuple, result: dict[str, Any]) -> dict[str, Any]:
                 **{f"{task} greedy": value for task, value in result["extra"].items()})
 
 
-def _execute(cfg: dict[str, Any], runs: list[tuple], desc: str, progress: bool
+def _execute(cfg: dict[str, Any], runs: list[Run], desc: str, progress: bool
              ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run `runs` ((model, method, lr, seed) each), longest first; their rows and problems."""
+    """Run `runs` (each with its model and lr), longest first; their rows and problems."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
     size = {model: i + 1 for i, model in enumerate(cfg["models"])}  # later models: larger
-    runs = sorted(runs, key=lambda r: -METHODS[r[1]].cost * size[r[0]] ** 2)
-    jobs = [(run_job, (grpo_config(cfg, model, method, seed, lr), list(cfg["extra_eval_tasks"])))
-            for model, method, lr, seed in runs]
+    runs = sorted(runs, key=lambda r: -METHODS[r.method].cost * size[r.model] ** 2)
+    jobs = [(run_job, (grpo_config(cfg, run), list(cfg["extra_eval_tasks"]))) for run in runs]
     results = run_jobs(jobs, cfg["workers"], desc, progress)
     rows = pd.DataFrame([_run_row(run, result) for run, result in zip(runs, results, strict=True)])
     problems = []
-    for (model, method, lr, seed), result in zip(runs, results, strict=True):
+    for run, result in zip(runs, results, strict=True):
         frame = result["problems"]
         last = frame["step"].max()
-        problems.append(frame[frame["step"] == last].assign(model=model, method=method, lr=lr,
-                                                            seed=seed))
-        if method == REFERENCE:  # the policy before RL: the same in every run
-            problems.append(frame[frame["step"] == 0].assign(model=model, method=BASE,
-                                                             lr=np.nan, seed=seed))
+        keys = dict(model=run.model, method=run.method, lr=run.lr, seed=run.seed)
+        problems.append(frame[frame["step"] == last].assign(**keys))
+        if run.method == REFERENCE:  # the policy before RL: the same in every run
+            problems.append(frame[frame["step"] == 0].assign(**{**keys, "method": BASE,
+                                                                "lr": np.nan}))
     return rows, pd.concat(problems, ignore_index=True).drop(columns="step")
 
 
@@ -211,20 +208,20 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
     """The sweep, then the seeds at the chosen learning rates (module docstring): the `runs`
     and `problems` frames, every run of both stages once."""
     grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
-                             list(dict.fromkeys([grpo_config(cfg, cfg["models"][0], REFERENCE,
-                                                             0)["task"],
+                             list(dict.fromkeys([grpo_config(cfg, Run(
+                                 model=cfg["models"][0], method=REFERENCE, seed=0))["task"],
                                                  *cfg["extra_eval_tasks"]])))
     if reads_chosen(cfg):
         rows, problems = pd.DataFrame(), pd.DataFrame()
         done = set()
     else:
-        sweep = [(model, m, lr, cfg["sweep_seed"]) for model in cfg["models"]
-                 for m in cfg["methods"] for lr in cfg["lr_grid"][m]]
+        sweep = [Run(study="sweep", model=model, method=m, lr=lr, seed=cfg["sweep_seed"])
+                 for model in cfg["models"] for m in cfg["methods"] for lr in cfg["lr_grid"][m]]
         rows, problems = _execute(cfg, sweep, f"{EXPERIMENT} (lr sweep)", progress)
         done = {cfg["sweep_seed"]}
     chosen = choose(rows, cfg)
-    seeds = [(model, m, lr, s) for (model, m), lr in chosen["lr"].items()
-             for s in cfg["seeds"] if s not in done]
+    seeds = [Run(study="seeds", model=model, method=m, lr=lr, seed=s)
+             for (model, m), lr in chosen["lr"].items() for s in cfg["seeds"] if s not in done]
     more_rows, more_problems = _execute(cfg, seeds, f"{EXPERIMENT} (seeds)", progress)
     rows = pd.concat([rows, more_rows], ignore_index=True)
     problems = pd.concat([problems, more_problems], ignore_index=True)
@@ -333,7 +330,8 @@ def trajectories(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     model, method, lr and seed columns (training steps only)."""
     frames = []
     for r in at_chosen(runs, cfg).itertuples():
-        directory = grpo.run_dir(grpo_config(cfg, r.model, r.method, r.seed, r.lr))
+        run = Run(model=r.model, method=r.method, seed=r.seed, lr=r.lr)
+        directory = grpo.run_dir(grpo_config(cfg, run))
         records = pd.read_csv(directory / runner.RECORDS_FILE)
         frames.append(records[records["step"] >= 1].assign(model=r.model, method=r.method,
                                                             lr=r.lr, seed=r.seed))
@@ -489,7 +487,8 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
     models = ", ".join(_model_name(m) for m in cfg["models"])
-    config = grpo_config(cfg, cfg["models"][0], REFERENCE, cfg["seeds"][0])
+    config = grpo_config(cfg, Run(model=cfg["models"][0], method=REFERENCE,
+                                  seed=cfg["seeds"][0]))
     source = (f"lrs of the sweep in {cfg['chosen_lrs']}" if reads_chosen(cfg)
               else "lrs swept here")
     return (f"{cfg['scale']}: {models}, {int(runs['steps'].max())} GRPO steps on "
@@ -559,7 +558,7 @@ def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
     if big in cfg["models"]:
         final = at_chosen(runs, cfg)
         tol = cfg["c8_tolerance"]
-        columns = {"greedy": grpo_config(cfg, big, "logra", 0)["task"],
+        columns = {"greedy": grpo_config(cfg, Run(model=big, method="logra", seed=0))["task"],
                    **{f"{t} greedy": t for t in cfg["extra_eval_tasks"]}}
         for column, task in columns.items():
             family = get_task(task).family.name
@@ -610,7 +609,8 @@ def gpu_rows(cfg: dict[str, Any]) -> list[ClaimRow]:
 
 def _gpu_text(scale: str) -> str:
     gpu = config(scale)
-    example = grpo_runs.command(grpo_config(gpu, gpu["models"][0], "logra", 0))
+    run = Run(model=gpu["models"][0], method="logra", seed=0)
+    example = grpo_runs.command(grpo_config(gpu, run))
     sweeps = sum(len(gpu["lr_grid"][m]) for m in gpu["methods"])
     return (f"not run here (CPU proxies only). Command: `logra-repro reproduce --scale {scale} "
             f"--only {NOTEBOOK}` ({sweeps} sweep runs, then {len(gpu['seeds'])} seeds of each "

@@ -1,8 +1,10 @@
 """The GRPO runs the notebooks share: the optimizer methods, how an experiment config becomes a
 `logra.rl` run config, the `logra-repro run` line of a run, and the run jobs.
 
-A run is `logra.rl.run_grpo` of experiments/grpo.yaml at the experiment's `grpo_scale`, the
-experiment's GRPO keys (`GRPO_KEYS`) on top, then the method's optimizer settings and the seed;
+Every RL experiment plans its runs as `Run`s (method, seed, and what each run sets) and builds
+their configs with `grpo_config`: experiments/grpo.yaml at the experiment's `grpo_scale`, the
+experiment's GRPO keys (`GRPO_KEYS`) on top, then the run's own keys and the method's preset. A
+run is `logra.rl.run_grpo` of that config;
 it is cached by config in <results_dir>/runs/ and resumed when rerun, so two notebooks that
 build the same config (the KL notebook's and the comparison's adamw and logra runs) share the
 run. The methods are `logra.methods.METHODS` (their optimizer, preset settings, label and
@@ -12,6 +14,7 @@ otherwise.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +46,47 @@ def check_runs(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def grpo_config(cfg: dict[str, Any], method: str, seed: int, **values: Any) -> dict[str, Any]:
-    """The resolved logra.rl config of `method` at `seed` under experiment config `cfg`.
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One GRPO run an experiment plans: `method` (of `logra.methods`) at `seed`, and what the
+    run sets beyond the experiment's GRPO keys (None: the experiment's value, else grpo.yaml's).
 
-    `values` override GRPO keys (the comparison notebook sets `model` this way).
+    Every RL experiment plans its runs as these and builds their configs with `grpo_config`;
+    `study` and `setting` name the part of the experiment a run belongs to, for its tables.
     """
-    entry = METHODS[method]
+
+    method: str
+    seed: int
+    lr: float | None = None
+    delta: float | None = None  # δ of a KL-controlled method (None: the experiment's kl_budget)
+    model: str | None = None
+    task: str | None = None
+    steps: int | None = None
+    eval_every: int | None = None
+    keys: tuple[tuple[str, Any], ...] = ()  # further GRPO keys, (key, value) pairs
+    study: str = ""  # e.g. "sweep", "seeds", "frontier", "budget"
+    setting: str = ""  # the run's name where its study names runs
+
+    @property
+    def label(self) -> str:
+        """The setting's name, else the method's short label (with δ when it has one)."""
+        if self.setting:
+            return self.setting
+        short = METHODS[self.method].short
+        return short if self.delta is None else f"{short} + control, δ = {self.delta:g}"
+
+
+def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+    """The resolved logra.rl config of `run` under experiment config `cfg`: grpo.yaml at
+    `grpo_scale`, the experiment's `GRPO_KEYS`, what the run sets, then the method's preset
+    (which may turn the control off: its δ is the run's `delta`, else `kl_budget`)."""
+    entry = METHODS[run.method]
     overrides = {k: cfg[k] for k in GRPO_KEYS if k in cfg and cfg[k] is not None}
-    overrides.update(values)
-    overrides.update(steps=cfg["steps"], seed=seed, optimizer=entry.optimizer,
-                     predicted_kl_threshold=cfg["kl_budget"])
+    set_by_run = dict(model=run.model, task=run.task, lr=run.lr, eval_every=run.eval_every)
+    overrides.update({k: v for k, v in set_by_run.items() if v is not None})
+    overrides.update(run.keys)
+    overrides.update(steps=run.steps or cfg["steps"], seed=run.seed, optimizer=entry.optimizer,
+                     predicted_kl_threshold=cfg["kl_budget"] if run.delta is None else run.delta)
     overrides.update(entry.settings)
     return grpo.resolve(scale=cfg["grpo_scale"], **overrides)
 

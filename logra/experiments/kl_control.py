@@ -35,7 +35,6 @@ problem, greedy, sampled), with the policy before RL as method "base".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -46,6 +45,7 @@ from matplotlib.ticker import NullFormatter
 from logra.config import load_config
 from logra.experiments import grpo_runs
 from logra.experiments.comparison import paired
+from logra.experiments.grpo_runs import Run
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
@@ -61,28 +61,6 @@ MEASURES = ("greedy", "sampled")
 # a controlled method's twin without the control: its lr cut
 FREE = {"adamw-kl": "adamw", "logra": "logra-nokl"}
 DELTA_MARKERS = ("^", "s", "D", "v", "P", "X")  # one per δ, in the order of `points`
-
-
-@dataclass(frozen=True)
-class Run:
-    """One GRPO run of the experiment: `method` (of `logra.methods`) at `lr`, with δ = `delta`
-    for a controlled method (None otherwise). A budget run also has a `setting` (its name in
-    `budget_runs`) and the GRPO keys it sets."""
-
-    study: str  # "frontier" or "budget"
-    method: str
-    lr: float
-    delta: float | None
-    seed: int
-    setting: str = ""
-    keys: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def label(self) -> str:
-        if self.setting:
-            return self.setting
-        short = METHODS[self.method].short
-        return short if self.delta is None else f"{short} + control, δ = {self.delta:g}"
 
 
 def family(method: str) -> str:
@@ -138,26 +116,25 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
 
 
 def plan(cfg: dict[str, Any]) -> list[Run]:
-    """Every run: the points at every seed, then the budget study's."""
-    runs = [Run("frontier", method, lr, delta, seed)
+    """Every run: the points at every seed, then the budget study's (each budget run also has
+    its `setting`, its name in `budget_runs`, and the GRPO keys that setting gives), each
+    evaluated before and after training."""
+    runs = [Run(study="frontier", method=method, lr=lr, delta=delta, seed=seed,
+                eval_every=cfg["steps"])
             for method, lr, delta in _points(cfg) for seed in cfg["seeds"]]
-    runs += [Run("budget", cfg["budget_method"], cfg["budget_lr"], None, seed, setting,
-                 tuple(sorted((keys or {}).items())))
+    # the budget is judged on the probe, not the noisy batch KL
+    probe = (("drift_probe_every", cfg["budget_probe_every"]),
+             ("drift_probe_prompts", cfg["budget_probe_prompts"]))
+    runs += [Run(study="budget", method=cfg["budget_method"], lr=cfg["budget_lr"], seed=seed,
+                 setting=setting, steps=cfg["budget_steps"], eval_every=cfg["budget_steps"],
+                 keys=(*sorted((keys or {}).items()), *probe))
              for setting, keys in cfg["budget_runs"].items() for seed in cfg["budget_seeds"]]
     return runs
 
 
 def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
-    """The resolved `logra.rl` config of one run: `grpo_runs.grpo_config` with the run's δ as
-    the experiment's `kl_budget`, evaluated before and after training."""
-    steps = cfg["budget_steps"] if run.study == "budget" else cfg["steps"]
-    values: dict[str, Any] = dict(lr=run.lr, eval_every=steps, **dict(run.keys))
-    if run.study == "budget":  # the budget is judged on the probe, not the noisy batch KL
-        values.update(drift_probe_every=cfg["budget_probe_every"],
-                      drift_probe_prompts=cfg["budget_probe_prompts"])
-    budget = cfg["kl_budget"] if run.delta is None else run.delta
-    return grpo_runs.grpo_config({**cfg, "steps": steps, "kl_budget": budget}, run.method,
-                                 run.seed, **values)
+    """The resolved `logra.rl` config of one run (`grpo_runs.grpo_config`)."""
+    return grpo_runs.grpo_config(cfg, run)
 
 
 def _job(config: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -626,7 +603,7 @@ def plot_runs(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     fig, (ax_kl, ax_gamma) = plt.subplots(1, 2, figsize=(12, 4.6))
     for (method, delta), r in runs.groupby(["method", "delta"], dropna=False, sort=False):
         spec = METHODS[method]
-        label = Run("frontier", method, 0.0, None if math.isnan(delta) else delta, 0).label
+        label = Run(method=method, seed=0, delta=None if math.isnan(delta) else delta).label
         r = r.assign(kl=r["kl"].clip(lower=KL_FLOOR))
         for ax, column in ((ax_kl, "kl"), (ax_gamma, "gamma")):
             if column == "gamma" and math.isnan(delta):

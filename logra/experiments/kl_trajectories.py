@@ -87,15 +87,16 @@ def method_lr(cfg: dict[str, Any], method: str) -> float | None:
 def grpo_config(cfg: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
     """The resolved GRPO config of `method` at `seed`, at its lr, evaluated before and after
     training (as notebooks 04 and 09 build theirs, so equal settings share a run)."""
-    lr = method_lr(cfg, method)
-    return grpo_runs.grpo_config(cfg, method, seed, eval_every=cfg["steps"],
-                                 **({} if lr is None else {"lr": lr}))
+    return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=method, seed=seed,
+                                                    lr=method_lr(cfg, method),
+                                                    eval_every=cfg["steps"]))
 
 
 def calibration_config(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     """LoGRA gain predicting every step's KL with the calibrated estimate and an infinite
     budget (never clips), at the GRPO keys of `calibration_keys`."""
-    config = grpo_runs.grpo_config({**cfg, **cfg["calibration_keys"]}, "logra", seed)
+    config = grpo_runs.grpo_config({**cfg, **cfg["calibration_keys"]},
+                                   grpo_runs.Run(method="logra", seed=seed))
     config.update(kl_estimator="calibrated", predicted_kl_threshold=math.inf,
                   steps=cfg["calibration_steps"])
     return grpo.validate(config)

@@ -52,7 +52,8 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
 
 def grpo_config(cfg: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
     """The resolved GRPO config of the run on `task` at `seed`: evaluated before and after."""
-    return grpo_runs.grpo_config(cfg, cfg["method"], seed, task=task, eval_every=cfg["steps"])
+    return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=cfg["method"], seed=seed, task=task,
+                                                    eval_every=cfg["steps"]))
 
 
 def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
