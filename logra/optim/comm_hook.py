@@ -17,8 +17,9 @@ p.grad is the same on every rank; and a gradient clipping between backward and s
 hence the sketches, as it would scale Ḡ (only the norm it clips by, ‖X‖ ≤ ‖Ḡ‖, differs).
 
 What this makes exact, and what it cannot:
-- Matrices with the Nyström reconstruction read G only through L and R: their LoGRA trajectory
-  with this hook equals the dense all-reduce run's (to fp32 round-off). These are compressed.
+- Matrices whose rule reads G only through L and R (`Rule.sketch_only` in
+  `logra.optim.rules`: of the kit's rules, Nyström): their LoGRA trajectory with this hook
+  equals the dense all-reduce run's (to fp32 round-off). These are compressed.
 - The other reconstructions also read G itself (the default gain rule D = √s ⊙ G ⊙ √c; channel,
   blend and subspace): from X instead of Ḡ they would take another step. No exact scheme sends
   less than G for them, so their matrices, like dense-AdamW parameters (1-D, small,
