@@ -17,10 +17,11 @@ from typing import Any
 
 
 def lazy_attributes(namespace: dict[str, Any], sources: dict[str, str]
-                    ) -> Callable[[str], Any]:
-    """A module `__getattr__` for the package whose globals are `namespace`: `name` of
-    `sources` (name -> module) is imported from its module on first use and kept in
-    `namespace`; any other name is an AttributeError."""
+                    ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module `__getattr__` and `__dir__` for the package whose globals are `namespace`:
+    `name` of `sources` (name -> module) is imported from its module on first use and kept in
+    `namespace`, any other name is an AttributeError; `dir(package)` (and so tab completion)
+    lists the lazy names beside the loaded ones, without importing them."""
     def __getattr__(name: str) -> Any:
         if name not in sources:
             raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
@@ -28,4 +29,7 @@ def lazy_attributes(namespace: dict[str, Any], sources: dict[str, str]
         namespace[name] = value
         return value
 
-    return __getattr__
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *sources})
+
+    return __getattr__, __dir__

@@ -302,3 +302,15 @@ def test_a_bad_run_config_fails_before_transformers_or_datasets_load(tmp_path) -
                           cwd=tmp_path, check=True)
     assert done.stdout.split("\n")[-2] == "2 []", done.stdout + done.stderr
     assert "lr must be" in done.stderr
+
+
+def test_dir_lists_the_lazy_names_without_importing_them(tmp_path) -> None:
+    """Tab completion in JupyterLab reads `dir(package)`: the lazily imported names are there
+    before first use, and listing them loads neither transformers nor datasets."""
+    probe = ("import sys, logra.data, logra.models, logra.rl; "
+             "names = set(dir(logra.data)) | set(dir(logra.models)) | set(dir(logra.rl)); "
+             "print(sorted({'load_task', 'to_sft', 'load_policy', 'prepare', 'run_grpo', "
+             "'COLUMNS'} - names), sorted({'transformers', 'datasets'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=tmp_path, check=True)
+    assert done.stdout.strip() == "[] []", done.stdout + done.stderr

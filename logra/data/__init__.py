@@ -8,6 +8,6 @@ from logra.data.registry import TASKS, get_task
 from logra.lazy import lazy_attributes
 
 __all__ = ["TASKS", "get_task", "load_task", "to_prompts", "to_sft"]
-__getattr__ = lazy_attributes(globals(), {"load_task": "logra.data.tasks",
+__getattr__, __dir__ = lazy_attributes(globals(), {"load_task": "logra.data.tasks",
                                           "to_prompts": "logra.data.prompts",
                                           "to_sft": "logra.data.prompts"})

@@ -7,7 +7,7 @@ from logra.lazy import lazy_attributes
 from logra.models.ladder import SCALES
 
 __all__ = ["SCALES", "evaluate_greedy", "greedy_completions", "load_policy", "prepare"]
-__getattr__ = lazy_attributes(globals(), {"load_policy": "logra.models.build",
+__getattr__, __dir__ = lazy_attributes(globals(), {"load_policy": "logra.models.build",
                                           "prepare": "logra.models.build",
                                           "evaluate_greedy": "logra.models.evaluate",
                                           "greedy_completions": "logra.models.evaluate"})

@@ -27,5 +27,5 @@ from logra.rl.config import resolve, run_dir
 
 __all__ = ["COLUMNS", "OPTIMIZERS", "build_optimizer", "evaluations", "measured_state_bytes",
            "resolve", "run_dir", "run_grpo", "wrap_model"]
-__getattr__ = lazy_attributes(globals(), {name: "logra.rl.runner" for name in (
+__getattr__, __dir__ = lazy_attributes(globals(), {name: "logra.rl.runner" for name in (
     "COLUMNS", "evaluations", "run_grpo")})
