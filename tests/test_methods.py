@@ -48,7 +48,7 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
                             lr_grid={"adamw": [1e-4], "logra-r4": [3e-4]})
     run = grpo_runs.grpo_config(cfg, grpo_runs.Run(method="logra-r4", seed=1))
     assert (run["optimizer"], run["rank"], run["seed"]) == ("logra", 4, 1)
-    assert run["predicted_kl_threshold"] == cfg["kl_budget"]  # controlled: the experiment's δ
+    assert run["predicted_kl_threshold"] == cfg["predicted_kl_threshold"]  # the experiment's δ
 
     kl_cfg = kl_control.config("smoke", points=[["adamw", 1e-3], ["naive", 1e-3],
                                                 ["logra-r4", 1e-3, 1e-4]])

@@ -25,7 +25,7 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
     frontier = [r for r in runs if r.study == "frontier"]
     assert len(frontier) == len(cfg["points"]) * len(cfg["seeds"])
     assert ("logra", 1e-3, 5e-3) in {(r.method, r.lr, r.delta) for r in frontier}
-    # a point without δ: the experiment's kl_budget for a controlled method, None otherwise
+    # a point without δ: the experiment's predicted_kl_threshold if controlled, else None
     assert {r.delta for r in frontier if r.method == "adamw"} == {None}
     budget = [r for r in runs if r.study == "budget"]
     assert {r.setting for r in budget} == set(cfg["budget_runs"])

@@ -8,8 +8,8 @@ run is `logra.rl.run_grpo` of that config;
 it is cached by config in <results_dir>/runs/ and resumed when rerun, so two notebooks that
 build the same config (the KL notebook's and the comparison's adamw and logra runs) share the
 run. The methods are `logra.methods.METHODS` (their optimizer, preset settings, label and
-colour); a KL-controlled method's δ is the experiment's `kl_budget` unless its preset says
-otherwise.
+colour); a KL-controlled method's δ is the experiment's `predicted_kl_threshold` (the
+optimizer's own name for it) unless its preset says otherwise.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Run:
     method: str
     seed: int
     lr: float | None = None
-    delta: float | None = None  # δ of a KL-controlled method (None: the experiment's kl_budget)
+    delta: float | None = None  # δ of a controlled method (None: the experiment's δ)
     model: str | None = None
     task: str | None = None
     steps: int | None = None
@@ -79,14 +79,16 @@ class Run:
 def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     """The resolved logra.rl config of `run` under experiment config `cfg`: grpo.yaml at
     `grpo_scale`, the experiment's `GRPO_KEYS`, what the run sets, then the method's preset
-    (which may turn the control off: its δ is the run's `delta`, else `kl_budget`)."""
+    (which may turn the control off: its δ is the run's `delta`, else the experiment's
+    `predicted_kl_threshold`)."""
     entry = METHODS[run.method]
     overrides = {k: cfg[k] for k in GRPO_KEYS if k in cfg and cfg[k] is not None}
     set_by_run = dict(model=run.model, task=run.task, lr=run.lr, eval_every=run.eval_every)
     overrides.update({k: v for k, v in set_by_run.items() if v is not None})
     overrides.update(run.keys)
+    delta = cfg["predicted_kl_threshold"] if run.delta is None else run.delta
     overrides.update(steps=run.steps or cfg["steps"], seed=run.seed, optimizer=entry.optimizer,
-                     predicted_kl_threshold=cfg["kl_budget"] if run.delta is None else run.delta)
+                     predicted_kl_threshold=delta)
     overrides.update(entry.settings)
     return grpo.resolve(scale=cfg["grpo_scale"], **overrides)
 

@@ -20,11 +20,11 @@ run, and against the obvious alternative, a smaller learning rate:
 
 Every run is a `logra.rl` GRPO run built by `grpo_runs.grpo_config` (experiments/grpo.yaml at
 `grpo_scale`, the GRPO keys of experiments/kl_control.yaml, the method's preset, lr, δ as the
-`kl_budget` of a controllable method, seed), so a run with notebook 04's settings is notebook
-04's run, read from the cache. Each run evaluates its policy before and after training: greedy
-pass@1 on `eval_prompts` held-out problems and sampled pass@1 (`eval_samples` at temperature 1)
-on the first `eval_sampled_prompts`, problem by problem. The control uses the default KL estimate
-(`kl_estimator="calibrated"`), so δ is a per-token KL per step.
+`predicted_kl_threshold` of a controllable method, seed), so a run with notebook 04's settings is
+notebook 04's run, read from the cache. Each run evaluates its policy before and after training:
+greedy pass@1 on `eval_prompts` held-out problems and sampled pass@1 (`eval_samples` at
+temperature 1) on the first `eval_sampled_prompts`, problem by problem. The control uses the
+default KL estimate (`kl_estimator="calibrated"`), so δ is a per-token KL per step.
 
 `run(cfg)` returns two tidy frames: `frame`, one row per step record (study, method, delta (NaN:
 no control), lr, seed, setting (a budget run's name), then `logra.rl.COLUMNS`), and `problems`,
@@ -69,8 +69,9 @@ def family(method: str) -> str:
 
 
 def _points(cfg: dict[str, Any]) -> list[tuple[str, float, float | None]]:
-    """`points` as (method, lr, δ): δ is the entry's third value, else `kl_budget`, for a
-    controlled method, and None for the others. ValueError naming a bad entry."""
+    """`points` as (method, lr, δ): δ is the entry's third value, else
+    `predicted_kl_threshold`, for a controlled method, and None for the others. ValueError
+    naming a bad entry."""
     points = []
     for entry in cfg["points"]:
         if not isinstance(entry, list | tuple) or len(entry) not in (2, 3):
@@ -83,7 +84,7 @@ def _points(cfg: dict[str, Any]) -> list[tuple[str, float, float | None]]:
         controlled = METHODS[method].controlled
         if delta and not controlled:
             raise ValueError(f"points: {entry!r}: {method!r} has no KL control to give a δ")
-        value = (delta[0] if delta else cfg["kl_budget"]) if controlled else None
+        value = (delta[0] if delta else cfg["predicted_kl_threshold"]) if controlled else None
         if controlled and not (isinstance(value, int | float) and value > 0):
             raise ValueError(f"points: {entry!r}: δ must be a positive number")
         points.append((method, float(lr), value))

@@ -522,8 +522,8 @@ def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="major")
-    axes[0, 1].axhline(cfg["kl_budget"], color="grey", ls=":", lw=1,
-                       label=f"budget δ = {cfg['kl_budget']:g}")
+    axes[0, 1].axhline(cfg["predicted_kl_threshold"], color="grey", ls=":", lw=1,
+                       label=f"budget δ = {cfg['predicted_kl_threshold']:g}")
     axes[1, 0].set_ylim(0, 1.05)
     for ax in axes[1]:
         ax.set_xlabel("GRPO step")
