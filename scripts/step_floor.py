@@ -48,8 +48,7 @@ def logra_phases(optimizer: LoGRA) -> dict[str, float]:
     times, start = {}, time.perf_counter()
     slots = slots_with_grad(optimizer.param_groups)
     units = partition(slots, optimizer.state)
-    sketches = [rules.sketch(unit, optimizer.state, optimizer.projection_bank)
-                if unit.sketched else None for unit in units]
+    sketches = [rules.sketch(unit, optimizer.state, optimizer.projection_bank) for unit in units]
     times["work list and sketches"] = time.perf_counter() - start
     start = time.perf_counter()
     checked = [t for unit, sketch in zip(units, sketches, strict=True)

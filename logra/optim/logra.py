@@ -394,8 +394,7 @@ class LoGRA(Optimizer):
         # leave half-stepped are copied first, and put back if it does
         saved = moments.snapshot(self.state, [s.param for s in slots]) if probe else None
         units = partition(slots, self.state)
-        sketches = [rules.sketch(unit, self.state, self.projection_bank) if unit.sketched
-                    else None for unit in units]
+        sketches = [rules.sketch(unit, self.state, self.projection_bank) for unit in units]
         checked = [t for unit, sketch in zip(units, sketches, strict=True)
                    for t in (sketch[-2:] if sketch else [s.grad for s in unit.slots])]
         gate = StepGate(all_finite(checked, mesh))

@@ -102,13 +102,16 @@ def register(cls: type[Rule]) -> type[Rule]:
     return cls
 
 
-def sketch(unit: Unit, state: dict[Tensor, dict[str, Any]], bank: ProjectionBank) -> Sketches:
+def sketch(unit: Unit, state: dict[Tensor, dict[str, Any]], bank: ProjectionBank
+           ) -> Sketches | None:
     """The sketches of a sketched unit's gradients (`Sketches`), changing no state; P and Q of
-    the refresh epoch its coming step falls in.
+    the refresh epoch its coming step falls in. None for a dense unit (nothing to sketch).
 
     For row shards P is the shard's rows of P, L the all-reduced sum of the shards' Pᵢᵀ Gᵢ and
     R the shard's rows of G Q.
     """
+    if not unit.sketched:
+        return None
     first = unit.slots[0]
     param_state = state[first.param]
     step = int(param_state["step"].item()) if param_state else 0
