@@ -63,8 +63,7 @@ FIRA_ALPHA = 0.25  # Fira's recipe at 60M-350M (xichen-fy/Fira, pre_training_c4/
 DEFAULT_SETTINGS: dict[str, Any] = dict(
     weight_decay=0.0, seed=0, rank=16, reconstruction="gain", kl_estimator="calibrated",
     predicted_kl_threshold=None, kl_drift_budget=None, kl_drift_window=5, dense_embeddings=False,
-    refresh_projections=False, projection_gap=PROJECTION_GAP, lora_rank=16,
-    lora_alpha=32,
+    refresh_projections=False, projection_gap=PROJECTION_GAP, lora_rank=8, lora_alpha=16,
     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
 )
 
@@ -261,13 +260,17 @@ def _embedding_ids(model: nn.Module) -> set[int]:
 
 
 def measured_state_bytes(optimizer: Optimizer) -> int:
-    """Bytes of every tensor the optimizer keeps in `optimizer.state`, each counted once.
+    """Bytes of every tensor the optimizer keeps between steps, each counted once.
 
-    Tensors held by objects inside the state (GaLore's, APOLLO's and Fira's projectors keep
-    their projection matrices) count too: they are persistent optimizer memory.
+    That is every tensor in `optimizer.state`, including those held by objects inside it
+    (GaLore's, APOLLO's and Fira's projectors keep their projection matrices), and LoGRA's
+    projections kept between steps outside it (`projection_bank.nbytes`, zero with
+    `cache_projections=False`): all of it is persistent optimizer memory.
     """
     seen: set[int] = set()
-    return sum(t.nbytes for t in _tensors(optimizer.state, seen))
+    held = sum(t.nbytes for t in _tensors(optimizer.state, seen))
+    bank = getattr(optimizer, "projection_bank", None)
+    return held + (bank.nbytes if bank is not None else 0)
 
 
 def _tensors(value: Any, seen: set[int]) -> Iterator[Tensor]:

@@ -81,3 +81,39 @@ def test_logra_with_dense_embeddings_keeps_adamw_moments_there(tiny_qwen2) -> No
     embedding = dense["params"][0]
     assert optimizer.state[embedding]["exp_avg"].shape == embedding.shape
     assert any("exp_avg_L" in optimizer.state[p] for p in sketched["params"])
+
+
+def test_measured_state_bytes_count_logra_s_kept_projections(tiny_qwen2) -> None:
+    """The projections LoGRA keeps between steps are persistent memory outside
+    `optimizer.state`: counted with `cache_projections=True`, absent without, and the
+    difference is exactly the distinct shapes' P (m×(r+oversample)) and Q (n×r) in fp32."""
+    from logra.optim import LoGRA
+
+    ids = torch.arange(24).repeat(2, 1)
+    measured = {}
+    for cache in (True, False):
+        model = tiny_qwen2()
+        optimizer = LoGRA(model.parameters(), lr=1e-3, rank=4, cache_projections=cache)
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        measured[cache] = (measured_state_bytes(optimizer), optimizer)
+    kept = measured[True][1].projection_bank.cached
+    expected = sum(t.numel() * 4 for t in kept.values())
+    assert expected > 0 and not measured[False][1].projection_bank.cached
+    assert measured[True][0] - measured[False][0] == expected
+
+
+def test_registry_defaults_agree_with_the_packaged_grpo_config() -> None:
+    """A setting both `DEFAULT_SETTINGS` and experiments/grpo.yaml hold has one value, except
+    the KL threshold: off for a drop-in optimizer, the report's 0.02 for its GRPO runs."""
+    from logra.optimizers import DEFAULT_SETTINGS
+    from logra.rl.config import resolve
+
+    packaged = resolve()
+    shared = sorted(set(DEFAULT_SETTINGS) & set(packaged) - {"predicted_kl_threshold"})
+    assert {"lora_rank", "lora_alpha", "lora_targets", "rank", "reconstruction"} <= set(shared)
+    disagree = {k: (DEFAULT_SETTINGS[k], packaged[k]) for k in shared
+                if (list(DEFAULT_SETTINGS[k]) if isinstance(DEFAULT_SETTINGS[k], tuple)
+                    else DEFAULT_SETTINGS[k]) != packaged[k]}
+    assert not disagree
+    assert DEFAULT_SETTINGS["predicted_kl_threshold"] is None

@@ -329,8 +329,9 @@ def run(cfg: dict[str, Any]) -> pd.DataFrame:
 
 
 def ratio_table(frame: pd.DataFrame, cases: list[str]) -> pd.DataFrame:
-    """Per case and optimizer: ms per step, ratios to AdamW foreach and fused, state bytes and
-    ratio, and on CUDA the measured memory beside the accountant's prediction."""
+    """Per case and optimizer: ms per step, ratios to AdamW foreach and fused, state bytes
+    (`measured_state_bytes`: LoGRA's kept projections, `cache_bytes`, included) and ratio, and
+    on CUDA the measured memory beside the accountant's prediction."""
     columns = ["case", "optimizer", "step_ms", "time_ratio", "fused_ratio", "state_bytes",
                "state_ratio", "cache_bytes"]
     columns += [c for c in ("allocated_bytes", "predicted_bytes", "step_peak_bytes")
