@@ -15,6 +15,7 @@ from logra import notebooks
 from logra.config import ConfigError
 from logra.data import text
 from logra.experiments import training_quality as tq
+from logra.experiments import training_quality_report as tqr
 
 WORDS = ("the", "king", "queen", "lord", "crown", "sword", "night", "day", "love", "death",
          "heart", "blood", "fair", "foul", "speak", "hear", "see", "come", "go", "stay", "fly")
@@ -119,12 +120,37 @@ def test_the_sweep_extends_past_an_edge_optimum(monkeypatch, tmp_path) -> None:
 
 
 def test_paired_interval_and_verdict() -> None:
-    mean, half = tq._interval(np.array([0.01, 0.012, 0.011]))
+    mean, half = tqr._interval(np.array([0.01, 0.012, 0.011]))
     assert mean == pytest.approx(0.011) and half == pytest.approx(4.303 * 0.001 / math.sqrt(3))
-    assert tq._verdict(mean, half) == "higher than AdamW"
-    assert tq._verdict(-0.001, 0.01) == "no difference"
-    assert tq._verdict(-0.02, 0.01) == "lower than AdamW"
-    assert tq._verdict(0.01, math.nan) == "one seed: no test"
+    assert tqr._verdict(mean, 0.01) == "higher than AdamW"
+    assert tqr._verdict(-0.001, 0.2) == "no difference"
+    assert tqr._verdict(-0.02, 0.01) == "lower than AdamW"
+    assert tqr._verdict(0.01, math.nan) == "one seed: no test"
+
+
+def test_verdicts_are_paired_t_tests_holm_corrected_over_the_table() -> None:
+    """A difference significant alone (p < 0.05) but not after Holm over three tests is "no
+    difference"; a large one stays significant; p-values are the paired t-test's."""
+    from scipy.stats import ttest_rel
+
+    base = np.array([2.0, 2.1, 1.9, 2.05, 1.95])
+    shifts = {"far": np.array([0.10, 0.11, 0.09, 0.10, 0.12]),
+              "near": np.array([0.010, 0.020, 0.006, 0.016, 0.002]),
+              "same": np.array([0.01, -0.01, 0.02, -0.02, 0.0])}
+    rows = [dict(method="adamw", seed=s, test_loss=x, chosen=True, rank=4, study="sweep", lr=1e-3)
+            for s, x in enumerate(base)]
+    rows += [dict(method=m, seed=s, test_loss=x + d[s], chosen=True, rank=4, study="sweep",
+                  lr=1e-3) for m, d in shifts.items() for s, x in enumerate(base)]
+    cfg = {"methods": {m: {"optimizer": "adamw", "label": m} for m in ("adamw", *shifts)}}
+    raw = {m: ttest_rel(base + d, base).pvalue for m, d in shifts.items()}
+    assert raw["near"] < 0.05 < 2 * raw["near"]  # the premise: only Holm turns it
+    table = tqr.paired_table(pd.DataFrame(rows), cfg, list(shifts), "adamw", "optimizer")
+    table = table.set_index("optimizer")
+    assert table.loc["far", "verdict"] == "higher than adamw"
+    assert table.loc["near", "verdict"] == "no difference"
+    assert table.loc["same", "verdict"] == "no difference"
+    assert table.loc["far", "p (Holm)"] == pytest.approx(3 * raw["far"])
+    assert table.loc["near", "p (Holm)"] == pytest.approx(max(2 * raw["near"], 3 * raw["far"]))
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +185,10 @@ def test_notebook_writes_the_comparison(executed, task, assert_figure) -> None:
     assert sweep["chosen"].sum() == len(cfg["methods"])
     rules = pd.read_csv(out / f"{tq.output_name(cfg, 'rules')}.csv")
     assert list(rules["rule"]) == ["LoGRA (subspace)"]
+    assert "p (Holm)" in summary.columns and "p (Holm)" in rules.columns
+    ranking = pd.read_csv(out / f"{tq.output_name(cfg, 'ranking')}.csv")
+    assert sorted(ranking["optimizer"]) == sorted(summary["optimizer"])
+    assert ranking.filter(like="place at").min().min() == 1
 
 
 def test_the_benchmarks_cache_apart(tmp_path) -> None:
@@ -208,11 +238,11 @@ def test_each_rank_gets_its_own_rate_and_only_projections_key_their_refresh(monk
 
     monkeypatch.setattr(tq, "train", fake_train)
     frame = tq.run(cfg, progress=False)
-    ranks = tq.rank_table(frame, cfg).set_index("rank")
+    ranks = tqr.rank_table(frame, cfg).set_index("rank")
     assert ranks.loc[2, "best lr"] == pytest.approx(1e-3)
     assert ranks.loc[4, "best lr"] == pytest.approx(3e-3)
     assert ranks.loc[8, "best lr"] == pytest.approx(9e-3)
-    assert (tq.summary(frame, cfg)["seeds"] == 2).all()
+    assert (tqr.summary(frame, cfg)["seeds"] == 2).all()
 
     run = tq.Run("adamw", 1e-3, 0, 4, "sweep")
     assert "projection_gap" not in tq.settings(cfg, run)
@@ -221,17 +251,79 @@ def test_each_rank_gets_its_own_rate_and_only_projections_key_their_refresh(monk
 
 
 def test_sft_trains_on_no_held_out_question(tmp_path) -> None:
-    from logra.experiments.quality_data import SftBenchmark
+    from logra.experiments.quality_data import SFT_KEYS, SftBenchmark
 
     cfg = tq.config("smoke", task="sft", data_dir=str(tmp_path), sft_validation_rows=2000,
                     sft_test_rows=500)
-    data = SftBenchmark({k: cfg[k] for k in ("sft_model", "batch_size", "steps",
-                                             "sft_validation_rows", "sft_test_rows",
-                                             "data_dir")})
+    data = SftBenchmark({k: cfg[k] for k in (*SFT_KEYS, "data_dir", "results_dir")}
+                        | {"results_dir": str(tmp_path)})
     train = set(data.rows["train"]["prompt"])
     assert len(data.rows["validation"]["prompt"]) == 2000
     assert not train & set(data.rows["validation"]["prompt"])
     assert not train & set(data.rows["test"]["prompt"])
+
+
+def test_sft_runs_start_from_one_pretrained_base_trained_once(tmp_path, monkeypatch) -> None:
+    """The base is trained once (AdamW on math-synth), written as safetensors under results_dir
+    and read by every later benchmark; every seed starts from its weights, which are not a
+    fresh initialization; LoRA trains adapters over it; its settings key its file."""
+    from logra.experiments import quality_data
+    from logra.optimizers import wrap_model
+
+    cfg = tq.config("smoke", task="sft", data_dir=str(tmp_path / "data"),
+                    results_dir=str(tmp_path), sft_base_steps=4)
+    quality_data._cached.cache_clear()
+    data = quality_data.benchmark(cfg)
+    assert data.base_path.is_file() and data.base_path.suffix == ".safetensors"
+    assert data.base_path.parent == tmp_path / tq.EXPERIMENT
+
+    quality_data._cached.cache_clear()
+    monkeypatch.setattr(quality_data.SftBenchmark, "_pretrain_base",
+                        lambda self: pytest.fail("the cached base was trained again"))
+    again = quality_data.benchmark(cfg)
+    first, second = again.model(0).state_dict(), again.model(1).state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    torch.manual_seed(quality_data.BASE_SEED)
+    fresh = again._architecture().state_dict()
+    assert any(not torch.equal(first[k], fresh[k]) for k in first)
+
+    lora = wrap_model("lora", again.model(0), {"lora_rank": 2, "lora_alpha": 4,
+                                               "lora_targets": ["q_proj", "v_proj"]})
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+
+    longer = tq.config("smoke", task="sft", data_dir=str(tmp_path / "data"),
+                       results_dir=str(tmp_path), sft_base_steps=5)
+    assert quality_data.SftBenchmark.base_path.fget(
+        type("Cfg", (), {"cfg": longer})()) != data.base_path
+    with pytest.raises(ConfigError, match="sft_base_task must be a task other than gsm-synth"):
+        tq.config("smoke", task="sft", sft_base_task="gsm-synth")
+
+
+def test_every_rank_s_best_rate_is_bracketed(monkeypatch, tmp_path) -> None:
+    """A rank whose best rate lies beyond the three tried around the base rank's choice gets
+    rates added until its best is inside them."""
+    cfg = tq.config("smoke", results_dir=str(tmp_path), rank=4, ranks=[4, 64],
+                    max_extensions=3, methods={
+                        "adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3, 9e-3]},
+                        "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 9e-3]}},
+                    rank_methods=["galore"], headline="galore")
+
+    def fake_train(cfg, run):
+        best = 3e-3 * run.rank / 4  # 4.8e-2 at rank 64: two factors of 3 past 9e-3
+        loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
+        return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
+                "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
+                "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
+
+    monkeypatch.setattr(tq, "train", fake_train)
+    frame = tq.run(cfg, progress=False)
+    tried = sorted(frame.loc[(frame["study"] == "ranks") & (frame["rank"] == 64), "lr"])
+    # 9e-3 (edge) → 2.7e-2 (edge) → 8.1e-2 (edge: nearer 4.8e-2 in log) → 2.43e-1: bracketed
+    assert tried == pytest.approx([1e-3, 3e-3, 9e-3, 2.7e-2, 8.1e-2, 2.43e-1])
+    ranks = tqr.rank_table(frame, cfg).set_index("rank")
+    assert ranks.loc[64, "best lr"] == pytest.approx(8.1e-2)
+    assert not ranks["lr at edge"].any()
 
 
 def test_the_recipe_ladder_is_paired_against_its_reference(monkeypatch, tmp_path) -> None:
@@ -247,7 +339,7 @@ def test_the_recipe_ladder_is_paired_against_its_reference(monkeypatch, tmp_path
                     headline="plain", recipe_reference="apollo",
                     recipe_ladder=["piece", "absent", "plain"], max_extensions=0,
                     seeds=[0, 1, 2])
-    assert (tq.label(cfg, "piece"), tq.color(cfg, "piece")) == ("LoGRA piece", "olive")
+    assert (tq.label(cfg, "piece"), tqr.color(cfg, "piece")) == ("LoGRA piece", "olive")
     piece = tq.Run("piece", 1e-2, 0, 4, "sweep")
     assert tq.settings(cfg, piece)["projection_gap"] == tq.projection_gap(cfg)
     assert "projection_gap" not in tq.settings(cfg, tq.Run("plain", 1e-2, 0, 4, "sweep"))
@@ -266,11 +358,11 @@ def test_the_recipe_ladder_is_paired_against_its_reference(monkeypatch, tmp_path
 
     monkeypatch.setattr(tq, "train", fake_train)
     frame = tq.run(cfg, progress=False)
-    table = tq.recipe_table(frame, cfg)
+    table = tqr.recipe_table(frame, cfg)
     assert list(table["optimizer"]) == ["LoGRA piece", "LoGRA (gain)"]
     assert list(table["verdict"]) == ["no difference", "higher than APOLLO"]
     assert table["loss / APOLLO"].iloc[0] == pytest.approx(1.0)
-    assert tq.recipe_table(frame, {**cfg, "recipe_reference": "galore"}).empty
+    assert tqr.recipe_table(frame, {**cfg, "recipe_reference": "galore"}).empty
 
 
 def test_refresh_projections_refreshes_logra_s_sketches_at_the_projection_gap() -> None:

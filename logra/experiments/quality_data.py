@@ -3,21 +3,30 @@
     text  byte-level pretraining from scratch of a `transformers` Llama on Shakespeare's plays
           (`logra.data.text`): random windows of `context` bytes, the loss on every next byte;
           held-out splits are whole plays
-    sft   the proxy policies' warm-up task (`logra.models.warmup`): supervised fine-tuning from
-          scratch of the `sft_model` proxy's Qwen2 architecture on gsm-synth reference solutions,
-          the loss on the completion only; validation is the last `sft_validation_rows` rows of
-          the train split, test the first `sft_test_rows` rows of the test split, and no
-          training row asks a held-out question (gsm-synth's train split repeats a few)
+    sft   supervised fine-tuning of a pretrained base on a task it has not seen: the base is
+          the `sft_model` proxy's Qwen2 architecture trained once with AdamW on the reference
+          solutions of `sft_base_task` (math-synth: other questions, the same characters;
+          `sft_base_steps` steps at `sft_base_lr`, warm-up and cosine decay as every run),
+          cached under <results_dir>/training_quality/; every run starts from it and fine-tunes
+          on gsm-synth reference solutions, the loss on the completion only. Validation is the
+          last `sft_validation_rows` rows of gsm-synth's train split, test the first
+          `sft_test_rows` rows of its test split, and no training row asks a held-out question
+          (gsm-synth's train split repeats a few)
 
-Each gives a freshly initialized model, the batch of every step (a function of the seed alone,
-so every optimizer sees the same data in the same order), the training loss of a batch, and the
-mean held-out loss per target token on fixed examples (no sampling noise between runs).
+Each gives the model a run starts from (freshly initialized from the seed for text, the base
+for sft, the seed then drawing what the optimizer draws: LoRA's adapters, projections), the
+batch of every step (a function of the seed alone, so every optimizer sees the same data in the
+same order), the training loss of a batch, and the mean held-out loss per target token on fixed
+examples (no sampling noise between runs).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import math
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -46,13 +55,18 @@ def benchmark(cfg: dict[str, Any]) -> Benchmark:
     """The benchmark `cfg["task"]` names, built once per process (a worker trains many runs)."""
     if cfg["task"] not in TASKS:
         raise ValueError(f"unknown task {cfg['task']!r}; valid: {list(TASKS)}")
-    keys = TEXT_KEYS if cfg["task"] == "text" else (*SFT_KEYS, "data_dir")  # where, not what
+    keys = TEXT_KEYS if cfg["task"] == "text" else (*SFT_KEYS, "data_dir", "results_dir")
+    # (data_dir and results_dir say where, not what)
     return _cached(cfg["task"], json.dumps({k: cfg[k] for k in keys}, sort_keys=True))
 
 
 TEXT_KEYS = ("corpus", "heldout", "hidden_size", "intermediate_size", "layers", "heads",
              "context", "batch_size", "steps", "validation_windows", "test_windows")
-SFT_KEYS = ("sft_model", "batch_size", "steps", "sft_validation_rows", "sft_test_rows")
+SFT_KEYS = ("sft_model", "batch_size", "steps", "sft_validation_rows", "sft_test_rows",
+            "sft_base_task", "sft_base_steps", "sft_base_lr", "min_lr_ratio", "clip")
+BASE_KEYS = ("sft_model", "batch_size", "sft_base_task", "sft_base_steps", "sft_base_lr",
+             "min_lr_ratio", "clip")  # what the sft base depends on
+BASE_SEED = 0  # the sft base's initialization and data order
 
 
 @functools.lru_cache(maxsize=2)
@@ -135,15 +149,77 @@ class SftBenchmark:
         with no_dataset_bars():
             rows = rows.filter(lambda row: row["prompt"] not in held)[:]
         self.rows = {"train": rows, "validation": validation, "test": test}
+        if not self.base_path.exists():  # once, before any worker starts (`benchmark`)
+            self._pretrain_base()
 
-    def model(self, seed: int) -> nn.Module:
+    def _architecture(self) -> nn.Module:
+        """The `sft_model` proxy's Qwen2 architecture, initialized from torch's global RNG."""
         from transformers import Qwen2ForCausalLM
 
         from logra.models.build import qwen2_config
         from logra.models.ladder import get_scale
 
-        torch.manual_seed(seed)
         return Qwen2ForCausalLM(qwen2_config(get_scale(self.cfg["sft_model"]), self.tokenizer))
+
+    def model(self, seed: int) -> nn.Module:
+        """The pretrained base (every seed starts from the same weights); torch's RNG is then
+        seeded with `seed` for what the optimizer draws (LoRA's adapters)."""
+        from safetensors.torch import load_model
+
+        torch.manual_seed(BASE_SEED)
+        model = self._architecture()
+        load_model(model, self.base_path)
+        torch.manual_seed(seed)
+        return model
+
+    @property
+    def base_path(self) -> Path:
+        """<results_dir>/training_quality/sft-base-<digest>.safetensors: the digest covers the
+        base's settings and the code that trains it."""
+        from logra.provenance import fingerprint
+
+        cfg = self.cfg
+        keys = {k: cfg[k] for k in BASE_KEYS}
+        keys["code"] = fingerprint("experiments/quality_data.py")
+        digest = hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
+        return Path(cfg["results_dir"]) / "training_quality" / f"sft-base-{digest}.safetensors"
+
+    def _pretrain_base(self) -> None:
+        """Train the base (AdamW at `sft_base_lr`, `sft_base_steps` steps of `batch_size`
+        solutions of `sft_base_task`, warm-up over a tenth of them then cosine decay to
+        `min_lr_ratio`, gradients clipped to `clip`) and write it atomically to `base_path`."""
+        from safetensors.torch import save_model
+        from tqdm.auto import tqdm
+
+        from logra import io
+        from logra.data import load_task, to_sft
+        from logra.models.warmup import collate, warmup_cosine
+
+        cfg = self.cfg
+        task, steps = cfg["sft_base_task"], cfg["sft_base_steps"]
+        rows = to_sft(load_task(task, "train", cfg["data_dir"]), task)[:]
+        torch.manual_seed(BASE_SEED)
+        model = self._architecture()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["sft_base_lr"], weight_decay=0.0)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, warmup_cosine(max(1, steps // 10), steps, cfg["min_lr_ratio"]))
+        generator = torch.Generator().manual_seed(BASE_SEED)
+        for _ in tqdm(range(steps), desc=f"sft base: AdamW on {task}", leave=False):
+            picked = torch.randint(len(rows["prompt"]), (cfg["batch_size"],),
+                                   generator=generator).tolist()
+            batch = collate(self.tokenizer, [rows["prompt"][r] for r in picked],
+                            [rows["completion"][r] for r in picked])
+            loss = model(**batch).loss
+            if not math.isfinite(loss.item()):
+                raise RuntimeError(f"the sft base diverged (loss {loss.item()}): lower "
+                                   f"sft_base_lr ({cfg['sft_base_lr']})")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step()
+        with io.atomic_path(self.base_path) as tmp:
+            save_model(model, str(tmp))
 
     def _collate(self, split: str, rows: list[int]) -> dict[str, Tensor]:
         from logra.models.warmup import collate

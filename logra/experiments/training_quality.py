@@ -17,19 +17,21 @@ optimizer of `methods` (each an entry of `logra.optimizers` with its settings):
     seeds     every optimizer at its chosen rate on each of `seeds` (init and data order)
     ranks     the rank-sized optimizers of `rank_methods` at `ranks` (`sweep_seed`), each rank
               at three rates: the base rank's choice and one `lr_step` either side (GaLore's
-              and APOLLO's step grows with the rank, LoGRA's does not); the best on validation
+              and APOLLO's step grows with the rank, LoGRA's does not), extended as the sweep
+              is until its best is not at an edge; the best on validation
     refresh   GaLore, APOLLO and Fira refresh their projections `projection_refreshes` times a
               run, as their recipes do (200 of 10,000 steps), whatever the run's length
 
 Per run: validation loss every `eval_every` steps, test loss at the end (nats per byte, on fixed
-windows), the bytes of tensors in the optimizer's state (`logra.optimizers.measured_state_bytes`),
+windows), the bytes the optimizer keeps between steps (`logra.optimizers.measured_state_bytes`:
+its state and LoGRA's kept projections),
 and the median step time. Runs are cached under <results_dir>/training_quality/ by their settings
 and the fingerprint of the code that trains them (`logra.provenance`: this module, the data and
 every optimizer), written atomically, so a rerun or an added optimizer redoes only what is
 missing and a change to the code trains again.
 
-The comparison with AdamW is paired by seed: each optimizer's test loss minus AdamW's on the same
-seed, with a 95 % t interval over the seeds; an interval that holds 0 is "no difference".
+The tables and figures (paired by seed, Holm-corrected verdicts) are in
+`logra.experiments.training_quality_report`, outside the cache key.
 """
 
 from __future__ import annotations
@@ -43,8 +45,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import torch
 
@@ -59,9 +59,6 @@ from logra.provenance import fingerprint
 EXPERIMENT = "training_quality"
 NOTEBOOK = "10_training_quality"
 REFERENCE = "adamw"
-T_95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}  # two-sided 95 %
-# Student t quantiles by degrees of freedom; between entries the next smaller df is used
 
 
 @dataclass(frozen=True)
@@ -108,6 +105,13 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     if cfg["headline"] not in cfg["rank_methods"]:
         raise ConfigError(f"headline {cfg['headline']!r} must be one of rank_methods "
                           f"{cfg['rank_methods']} (the loss at equal bytes is read there)")
+    if cfg["task"] == "sft":
+        from logra.data import TASKS as DATA_TASKS
+
+        if cfg["sft_base_task"] not in DATA_TASKS or cfg["sft_base_task"] == "gsm-synth":
+            raise ConfigError(f"sft_base_task must be a task other than gsm-synth (the one "
+                              f"fine-tuned on), one of {sorted(set(DATA_TASKS) - {'gsm-synth'})}"
+                              f"; got {cfg['sft_base_task']!r}")
     if cfg["sweep_seed"] not in cfg["seeds"]:
         raise ConfigError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
     return cfg
@@ -142,20 +146,7 @@ def label(cfg: dict[str, Any], method: str) -> str:
     return REGISTRY[entry["optimizer"]].label + (f" ({', '.join(details)})" if details else "")
 
 
-RULE_COLORS = {"gain": "tab:red", "nystrom": "lightcoral", "blend": "darkred",
-               "subspace": "tab:pink", "channel": "teal"}
 PRESENTATION = ("label", "color")  # method keys that name and colour it, outside the cache key
-
-
-def color(cfg: dict[str, Any], method: str) -> str:
-    """The method's `color`, else the registry's colour: a shade of LoGRA's red per rule, gold
-    with dense embeddings."""
-    entry = cfg["methods"][method]
-    if "color" in entry:
-        return entry["color"]
-    if entry.get("dense_embeddings"):
-        return "gold"
-    return RULE_COLORS.get(entry.get("reconstruction"), REGISTRY[entry["optimizer"]].color)
 
 
 # ------------------------------------------------------------------------------ one run
@@ -300,12 +291,36 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     later += [Run(m, chosen[m] * f, cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
               for r in cfg["ranks"] if r != cfg["rank"] for f in (1 / step, 1.0, step)]
     results += _jobs(cfg, later, progress, f"{EXPERIMENT} seeds and ranks")
-    at_rank = {(r.method, r.rank): _best(results, r.method, "ranks", r.rank)["lr"]
-               for r in later if r.study == "ranks"}
+    results += _bracket_ranks(cfg, results, progress)
+    at_rank = {(r["method"], r["rank"]): _best(results, r["method"], "ranks", r["rank"])["lr"]
+               for r in results if r["study"] == "ranks"}
     frame = pd.DataFrame(results)
     frame["chosen"] = [r["lr"] == (at_rank[r["method"], r["rank"]] if r["study"] == "ranks"
                                    else chosen[r["method"]]) for r in results]
     return frame
+
+
+def _bracket_ranks(cfg: dict[str, Any], results: list[dict], progress: bool) -> list[dict]:
+    """Extra rank-study runs until no rank's best rate is at the edge of its rates (at most
+    `max_extensions` rounds), as the sweep does for the base rank."""
+    added: list[dict] = []
+    for _ in range(cfg["max_extensions"]):
+        extra = []
+        for method, rank in sorted({(r["method"], r["rank"]) for r in results + added
+                                    if r["study"] == "ranks"}):
+            lrs = sorted(r["lr"] for r in results + added if r["study"] == "ranks"
+                         and r["method"] == method and r["rank"] == rank)
+            best = _best(results + added, method, "ranks", rank)["lr"]
+            if best == lrs[0]:
+                extra.append(Run(method, lrs[0] / cfg["lr_step"], cfg["sweep_seed"], rank,
+                                 "ranks"))
+            elif best == lrs[-1]:
+                extra.append(Run(method, lrs[-1] * cfg["lr_step"], cfg["sweep_seed"], rank,
+                                 "ranks"))
+        if not extra:
+            break
+        added += _jobs(cfg, extra, progress, f"{EXPERIMENT} rank extension")
+    return added
 
 
 def final_runs(frame: pd.DataFrame) -> pd.DataFrame:
@@ -313,242 +328,3 @@ def final_runs(frame: pd.DataFrame) -> pd.DataFrame:
     base_rank = frame.loc[frame["study"] == "sweep", "rank"].iloc[0]
     final = frame[frame["chosen"] & (frame["rank"] == base_rank)]
     return final.drop_duplicates(["method", "seed"])
-
-
-# ------------------------------------------------------------------------------ tables
-
-def _interval(differences: np.ndarray) -> tuple[float, float]:
-    """Mean and 95 % t half-width of paired differences (nan half-width for one seed)."""
-    n = len(differences)
-    if n < 2:
-        return float(differences.mean()), math.nan
-    t = T_95[max(df for df in T_95 if df <= n - 1)]
-    return float(differences.mean()), t * float(differences.std(ddof=1)) / math.sqrt(n)
-
-
-def _delta_text(mean: float, half: float) -> str:
-    """A paired difference and its 95 % half-width ("+0.0123 ± 0.0045"; no ± with one seed)."""
-    return f"{mean:+.4f}" if math.isnan(half) else f"{mean:+.4f} ± {half:.4f}"
-
-
-def _verdict(mean: float, half: float, reference: str = "AdamW") -> str:
-    if math.isnan(half):
-        return "one seed: no test"
-    if abs(mean) <= half:
-        return "no difference"
-    return f"lower than {reference}" if mean < 0 else f"higher than {reference}"
-
-
-def _paired(final: pd.DataFrame, method: str, reference: str) -> tuple[float, float, float]:
-    """(mean ratio, mean difference, 95 % half-width) of `method`'s test loss against
-    `reference`'s on the seeds both ran."""
-    mine = final[final["method"] == method].set_index("seed")["test_loss"]
-    theirs = final[final["method"] == reference].set_index("seed")["test_loss"]
-    seeds = mine.index.intersection(theirs.index)
-    mean, half = _interval((mine[seeds] - theirs[seeds]).to_numpy())
-    return float((mine[seeds] / theirs[seeds]).mean()), mean, half
-
-
-def rules_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """Every LoGRA method paired by seed against `headline` (LoGRA's default rule)."""
-    methods = [m for m, e in cfg["methods"].items()
-               if e["optimizer"] == "logra" and m != cfg["headline"]]
-    return paired_table(frame, cfg, methods, cfg["headline"], "rule")
-
-
-def recipe_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """The `recipe_ladder` methods present (LoGRA with APOLLO's recipe added a piece at a
-    time) paired by seed against `recipe_reference`: which piece closes the gap (empty when
-    the reference is not among the methods)."""
-    if cfg["recipe_reference"] not in cfg["methods"]:
-        return pd.DataFrame()
-    methods = [m for m in cfg["recipe_ladder"] if m in cfg["methods"]]
-    return paired_table(frame, cfg, methods, cfg["recipe_reference"], "optimizer")
-
-
-def paired_table(frame: pd.DataFrame, cfg: dict[str, Any], methods: list[str],
-                 reference: str, name: str) -> pd.DataFrame:
-    """Each of `methods` at its chosen rate against `reference`, paired by seed: the mean loss
-    ratio, the mean difference with its 95 % t interval, and the verdict."""
-    final = final_runs(frame)
-    base = label(cfg, reference)
-    rows = []
-    for method in methods:
-        ratio, mean, half = _paired(final, method, reference)
-        rows.append({name: label(cfg, method), f"loss / {base}": ratio,
-                     f"Δ vs {base} (95 % CI)": _delta_text(mean, half),
-                     "verdict": _verdict(mean, half, base)})
-    return pd.DataFrame(rows)
-
-
-def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """One row per method at its chosen rate: test loss over seeds, paired against AdamW's."""
-    final = final_runs(frame)
-    reference = final[final["method"] == REFERENCE].set_index("seed")
-    sweep_runs = frame[frame["study"] == "sweep"]
-    rows = []
-    for method in cfg["methods"]:
-        mine = final[final["method"] == method].set_index("seed")
-        ratio, mean_diff, half = _paired(final, method, REFERENCE)
-        lrs = sorted(sweep_runs.loc[sweep_runs["method"] == method, "lr"])
-        lr = float(mine["lr"].iloc[0])
-        rows.append({
-            "optimizer": label(cfg, method),
-            "best lr": lr,
-            "lr at grid edge": lr in (lrs[0], lrs[-1]),
-            "test loss": mine["test_loss"].mean(),
-            "± sd": mine["test_loss"].std(ddof=1) if len(mine) > 1 else math.nan,
-            "seeds": len(mine),
-            "loss / AdamW": ratio,
-            "Δ vs AdamW (95 % CI)": _delta_text(mean_diff, half),
-            "verdict": "reference" if method == REFERENCE else _verdict(mean_diff, half),
-            "state MB": mine["state_bytes"].mean() / 1e6,
-            "state / AdamW": mine["state_bytes"].mean() / reference["state_bytes"].mean(),
-            "step ms": mine["step_ms"].median(),
-            "time / AdamW": mine["step_ms"].median() / reference["step_ms"].median(),
-        })
-    return pd.DataFrame(rows)
-
-
-def sweep_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """Every learning rate tried, at the sweep seed."""
-    runs = frame[frame["study"] == "sweep"].sort_values(["method", "lr"])
-    table = runs[["label", "lr", "validation_loss", "test_loss", "diverged", "chosen"]]
-    order = {m: i for i, m in enumerate(cfg["methods"])}
-    table = table.assign(order=runs["method"].map(order)).sort_values(["order", "lr"])
-    return table.drop(columns="order").rename(columns={
-        "label": "optimizer", "validation_loss": "validation loss", "test_loss": "test loss"})
-
-
-def rank_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """The rank-sized optimizers at every rank (chosen rate, sweep seed)."""
-    rows = frame[frame["method"].isin(cfg["rank_methods"]) & frame["chosen"]
-                 & (frame["seed"] == cfg["sweep_seed"])].drop_duplicates(["method", "rank"])
-    rows = rows.sort_values(["method", "rank"])
-    reference = frame[(frame["method"] == REFERENCE) & frame["chosen"]
-                      & (frame["seed"] == cfg["sweep_seed"])].iloc[0]
-    return pd.DataFrame({
-        "optimizer": rows["label"], "rank": rows["rank"], "best lr": rows["lr"],
-        "state MB": rows["state_bytes"] / 1e6,
-        "state / AdamW": rows["state_bytes"] / reference["state_bytes"],
-        "test loss": rows["test_loss"], "loss / AdamW": rows["test_loss"] / reference["test_loss"],
-    })
-
-
-def equal_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """Each rank-sized optimizer's test loss at the state bytes of `headline` at the base rank,
-    interpolated in log bytes between its ranks (nan outside the ranks it ran)."""
-    ranks = rank_table(frame, cfg)
-    headline = label(cfg, cfg["headline"])
-    target = ranks.loc[(ranks["optimizer"] == headline) & (ranks["rank"] == cfg["rank"]),
-                       "state MB"].iloc[0]
-    rows = []
-    for name, rows_of in ranks.groupby("optimizer", sort=False):
-        x, y = np.log(rows_of["state MB"].to_numpy()), rows_of["test loss"].to_numpy()
-        order = np.argsort(x)
-        inside = x.min() <= math.log(target) <= x.max()
-        loss = float(np.interp(math.log(target), x[order], y[order])) if inside else math.nan
-        rows.append({"optimizer": name, f"test loss at {target:.3g} MB": loss})
-    return pd.DataFrame(rows)
-
-
-def goal(frame: pd.DataFrame, cfg: dict[str, Any], method: str | None = None) -> str:
-    """The issue's goal, checked for `method` (default `headline`): within `goal_ratio` of
-    AdamW's test loss with at most `goal_state` of its state, and ahead of GaLore and APOLLO
-    at equal bytes (the headline's bytes at the base rank; `method` must be in rank_methods)."""
-    method = method or cfg["headline"]
-    table = summary(frame, cfg).set_index("optimizer")
-    row = table.loc[label(cfg, method)]
-    close = row["loss / AdamW"] <= 1 + cfg["goal_ratio"]
-    small = row["state / AdamW"] <= cfg["goal_state"]
-    at_bytes = equal_bytes(frame, cfg).set_index("optimizer").iloc[:, 0]
-    mine = at_bytes.get(label(cfg, method), math.nan)
-    others = {k: v for k, v in at_bytes.items()
-              if k in (REGISTRY["galore"].label, REGISTRY["apollo"].label)}
-    compared = [v for v in others.values() if not math.isnan(v)]
-    ahead = bool(compared) and not math.isnan(mine) and all(mine < v for v in compared)
-    return (f"{label(cfg, method)}: loss/AdamW {row['loss / AdamW']:.4f} "
-            f"({'within' if close else 'outside'} {cfg['goal_ratio']:.0%}), state/AdamW "
-            f"{row['state / AdamW']:.3f} ({'≤' if small else '>'} {cfg['goal_state']:.0%}); "
-            f"at equal bytes {mine:.4f} vs "
-            + ", ".join(f"{k} {v:.4f}" for k, v in others.items())
-            + f" ({'ahead' if ahead else 'not ahead'}, one seed)")
-
-
-# ------------------------------------------------------------------------------ figures
-
-def _unit(cfg: dict[str, Any]) -> str:
-    return "byte" if cfg["task"] == "text" else "completion token"
-
-
-def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Validation loss against step at each method's chosen rate (mean over seeds)."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    final = final_runs(frame)
-    for method in cfg["methods"]:
-        curves = [pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"]]
-        mean = pd.concat(curves).groupby("step")["validation_loss"].mean()
-        ax.plot(mean.index, mean.to_numpy(), label=label(cfg, method), color=color(cfg, method),
-                lw=2 if method in (REFERENCE, cfg["headline"]) else 1.2)
-    reference = final_runs(frame).query("method == @REFERENCE")["test_loss"].mean()
-    ax.set_ylim(reference - 0.1, reference + 1.2)
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"validation loss (nats / {_unit(cfg)})")
-    what = "Byte-level LM on Shakespeare" if cfg["task"] == "text" else "SFT on gsm-synth"
-    ax.set_title(f"{what}, {cfg['steps']} steps, each at its best lr")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
-
-
-def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Test loss against optimizer-state bytes: every method (seed mean ± sd) and the
-    rank-sized ones at every rank."""
-    fig, ax = plt.subplots(figsize=(10, 4.8))
-    table = summary(frame, cfg)
-    reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
-    top = reference + 0.6
-    for method, row in zip(cfg["methods"], table.to_dict("records"), strict=True):
-        loss = row["test loss"]
-        if loss > top:  # off the chart: drawn at its edge, with its value
-            ax.plot(row["state MB"], top, "^", color=color(cfg, method), label=row["optimizer"])
-            ax.annotate(f"{loss:.2f}", (row["state MB"], top), fontsize=6, xytext=(3, -8),
-                        textcoords="offset points")
-            continue
-        ax.errorbar(row["state MB"], loss, yerr=0 if math.isnan(row["± sd"]) else row["± sd"],
-                    fmt="o", color=color(cfg, method), label=row["optimizer"], capsize=3)
-    ranks = rank_table(frame, cfg)
-    for method in cfg["rank_methods"]:
-        rows = ranks[ranks["optimizer"] == label(cfg, method)]
-        ax.plot(rows["state MB"], rows["test loss"], "--", color=color(cfg, method), lw=1)
-        for r in rows.to_dict("records"):
-            ax.annotate(f"r{r['rank']}", (r["state MB"], r["test loss"]), fontsize=6,
-                        xytext=(2, 2), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_xlabel("optimizer state (MB, measured)")
-    ax.set_ylabel(f"test loss (nats / {_unit(cfg)})")
-    lowest = min(table["test loss"].min(), ranks["test loss"].min())
-    ax.set_ylim(lowest - 0.03, top + 0.02)
-    ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps; ▲ off the chart)")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    return fig
-
-
-def plot_sweep(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
-    """Validation loss against learning rate for every method (sweep seed)."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    runs = frame[frame["study"] == "sweep"]
-    for method in cfg["methods"]:
-        rows = runs[runs["method"] == method].sort_values("lr")
-        ax.plot(rows["lr"], rows["validation_loss"].clip(upper=10), "o-", ms=3,
-                color=color(cfg, method), label=label(cfg, method))
-    ax.set_xscale("log")
-    reference = runs.loc[runs["method"] == REFERENCE, "validation_loss"].min()
-    ax.set_ylim(reference - 0.1, reference + 1.5)
-    ax.set_xlabel("peak learning rate")
-    ax.set_ylabel(f"validation loss (nats / {_unit(cfg)})")
-    ax.set_title("Each optimizer's own learning-rate sweep")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig

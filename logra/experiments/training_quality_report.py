@@ -1,0 +1,349 @@
+"""Notebook 10's tables and figures, from the runs `logra.experiments.training_quality` trains.
+
+Kept apart from the training code so that a change here redraws the tables without training
+again (a run's cache key covers `training_quality.py` and `quality_data.py`, not this module).
+
+Every comparison is paired by seed: a method's test loss minus the reference's on the same
+seed, with a 95 % t interval over the seeds and the paired t-test's p-value, adjusted by Holm
+over the tests of one table (`logra.stats.holm`); a verdict is "lower" or "higher" where the
+adjusted p < 0.05, else "no difference".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from logra.experiments.training_quality import REFERENCE, final_runs, label
+from logra.optimizers import REGISTRY
+from logra.stats import holm, paired_t
+
+T_95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}  # two-sided 95 %
+# Student t quantiles by degrees of freedom; between entries the next smaller df is used
+
+
+RULE_COLORS = {"gain": "tab:red", "nystrom": "lightcoral", "blend": "darkred",
+               "subspace": "tab:pink", "channel": "teal"}
+
+
+def color(cfg: dict[str, Any], method: str) -> str:
+    """The method's `color`, else the registry's colour: a shade of LoGRA's red per rule, gold
+    with dense embeddings."""
+    entry = cfg["methods"][method]
+    if "color" in entry:
+        return entry["color"]
+    if entry.get("dense_embeddings"):
+        return "gold"
+    return RULE_COLORS.get(entry.get("reconstruction"), REGISTRY[entry["optimizer"]].color)
+
+
+# ------------------------------------------------------------------------------ tables
+
+def _interval(differences: np.ndarray) -> tuple[float, float]:
+    """Mean and 95 % t half-width of paired differences (nan half-width for one seed)."""
+    n = len(differences)
+    if n < 2:
+        return float(differences.mean()), math.nan
+    t = T_95[max(df for df in T_95 if df <= n - 1)]
+    return float(differences.mean()), t * float(differences.std(ddof=1)) / math.sqrt(n)
+
+
+def _delta_text(mean: float, half: float) -> str:
+    """A paired difference and its 95 % half-width ("+0.0123 ± 0.0045"; no ± with one seed)."""
+    return f"{mean:+.4f}" if math.isnan(half) else f"{mean:+.4f} ± {half:.4f}"
+
+
+def _verdict(mean: float, p_holm: float, reference: str = "AdamW", alpha: float = 0.05) -> str:
+    """"lower/higher than `reference`" where the Holm-adjusted p-value is below `alpha`, else
+    "no difference" (nan p: a single seed, no test)."""
+    if math.isnan(p_holm):
+        return "one seed: no test"
+    if p_holm >= alpha:
+        return "no difference"
+    return f"lower than {reference}" if mean < 0 else f"higher than {reference}"
+
+
+def _paired(final: pd.DataFrame, method: str, reference: str
+            ) -> tuple[float, float, float, float]:
+    """(mean ratio, mean difference, 95 % t half-width, two-sided paired-t p) of `method`'s test
+    loss against `reference`'s on the seeds both ran (nan half-width and p below two seeds)."""
+    mine = final[final["method"] == method].set_index("seed")["test_loss"]
+    theirs = final[final["method"] == reference].set_index("seed")["test_loss"]
+    seeds = mine.index.intersection(theirs.index)
+    mean, half = _interval((mine[seeds] - theirs[seeds]).to_numpy())
+    ratio = float((mine[seeds] / theirs[seeds]).mean())
+    if len(seeds) < 2 or method == reference:
+        return ratio, mean, half, math.nan
+    return ratio, mean, half, paired_t(theirs[seeds].to_numpy(), mine[seeds].to_numpy()).p
+
+
+def _holm_column(pvalues: list[float]) -> list[float]:
+    """Holm's adjustment over the tests of one table (`logra.stats.holm`); nan stays nan."""
+    tested = [i for i, p in enumerate(pvalues) if not math.isnan(p)]
+    adjusted = holm([pvalues[i] for i in tested]) if tested else []
+    out = [math.nan] * len(pvalues)
+    for i, p in zip(tested, adjusted, strict=True):
+        out[i] = p
+    return out
+
+
+def rules_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Every LoGRA method paired by seed against `headline` (LoGRA's default rule)."""
+    methods = [m for m, e in cfg["methods"].items()
+               if e["optimizer"] == "logra" and m != cfg["headline"]]
+    return paired_table(frame, cfg, methods, cfg["headline"], "rule")
+
+
+def recipe_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """The `recipe_ladder` methods present (LoGRA with APOLLO's recipe added a piece at a
+    time) paired by seed against `recipe_reference`: which piece closes the gap (empty when
+    the reference is not among the methods)."""
+    if cfg["recipe_reference"] not in cfg["methods"]:
+        return pd.DataFrame()
+    methods = [m for m in cfg["recipe_ladder"] if m in cfg["methods"]]
+    return paired_table(frame, cfg, methods, cfg["recipe_reference"], "optimizer")
+
+
+def paired_table(frame: pd.DataFrame, cfg: dict[str, Any], methods: list[str],
+                 reference: str, name: str) -> pd.DataFrame:
+    """Each of `methods` at its chosen rate against `reference`, paired by seed: the mean loss
+    ratio, the mean difference with its 95 % t interval, the paired-t p-value adjusted by Holm
+    over the table's tests, and the verdict at p < 0.05."""
+    final = final_runs(frame)
+    base = label(cfg, reference)
+    tests = [_paired(final, method, reference) for method in methods]
+    adjusted = _holm_column([p for *_, p in tests])
+    rows = []
+    for method, (ratio, mean, half, _), p in zip(methods, tests, adjusted, strict=True):
+        rows.append({name: label(cfg, method), f"loss / {base}": ratio,
+                     f"Δ vs {base} (95 % CI)": _delta_text(mean, half), "p (Holm)": p,
+                     "verdict": _verdict(mean, p, base)})
+    return pd.DataFrame(rows)
+
+
+def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """One row per method at its chosen rate: test loss over seeds, paired against AdamW's
+    (Holm's correction over the table's tests)."""
+    final = final_runs(frame)
+    reference = final[final["method"] == REFERENCE].set_index("seed")
+    sweep_runs = frame[frame["study"] == "sweep"]
+    tests = {method: _paired(final, method, REFERENCE) for method in cfg["methods"]}
+    adjusted = dict(zip(tests, _holm_column([p for *_, p in tests.values()]), strict=True))
+    rows = []
+    for method, (ratio, mean_diff, half, _) in tests.items():
+        mine = final[final["method"] == method].set_index("seed")
+        lrs = sorted(sweep_runs.loc[sweep_runs["method"] == method, "lr"])
+        lr = float(mine["lr"].iloc[0])
+        rows.append({
+            "optimizer": label(cfg, method),
+            "best lr": lr,
+            "lr at grid edge": lr in (lrs[0], lrs[-1]),
+            "test loss": mine["test_loss"].mean(),
+            "± sd": mine["test_loss"].std(ddof=1) if len(mine) > 1 else math.nan,
+            "seeds": len(mine),
+            "loss / AdamW": ratio,
+            "Δ vs AdamW (95 % CI)": _delta_text(mean_diff, half),
+            "p (Holm)": adjusted[method],
+            "verdict": ("reference" if method == REFERENCE
+                        else _verdict(mean_diff, adjusted[method])),
+            "state MB": mine["state_bytes"].mean() / 1e6,
+            "state / AdamW": mine["state_bytes"].mean() / reference["state_bytes"].mean(),
+            "step ms": mine["step_ms"].median(),
+            "time / AdamW": mine["step_ms"].median() / reference["step_ms"].median(),
+        })
+    return pd.DataFrame(rows)
+
+
+def sweep_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Every learning rate tried, at the sweep seed."""
+    runs = frame[frame["study"] == "sweep"].sort_values(["method", "lr"])
+    table = runs[["label", "lr", "validation_loss", "test_loss", "diverged", "chosen"]]
+    order = {m: i for i, m in enumerate(cfg["methods"])}
+    table = table.assign(order=runs["method"].map(order)).sort_values(["order", "lr"])
+    return table.drop(columns="order").rename(columns={
+        "label": "optimizer", "validation_loss": "validation loss", "test_loss": "test loss"})
+
+
+def rank_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """The rank-sized optimizers at every rank (chosen rate, sweep seed)."""
+    rows = frame[frame["method"].isin(cfg["rank_methods"]) & frame["chosen"]
+                 & (frame["seed"] == cfg["sweep_seed"])].drop_duplicates(["method", "rank"])
+    rows = rows.sort_values(["method", "rank"])
+    reference = frame[(frame["method"] == REFERENCE) & frame["chosen"]
+                      & (frame["seed"] == cfg["sweep_seed"])].iloc[0]
+    tried = frame[frame["method"].isin(cfg["rank_methods"]) & (frame["seed"] == cfg["sweep_seed"])
+                  & frame["study"].isin(("sweep", "ranks"))].groupby(["method", "rank"])["lr"]
+    edges = {key: (lrs.min(), lrs.max()) for key, lrs in tried}
+    return pd.DataFrame({
+        "optimizer": rows["label"], "rank": rows["rank"], "best lr": rows["lr"],
+        "lr at edge": [r["lr"] in edges[r["method"], r["rank"]]
+                       for r in rows.to_dict("records")],
+        "state MB": rows["state_bytes"] / 1e6,
+        "state / AdamW": rows["state_bytes"] / reference["state_bytes"],
+        "test loss": rows["test_loss"], "loss / AdamW": rows["test_loss"] / reference["test_loss"],
+    })
+
+
+def equal_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Each rank-sized optimizer's test loss at the state bytes of `headline` at the base rank,
+    interpolated in log bytes between its ranks (nan outside the ranks it ran)."""
+    ranks = rank_table(frame, cfg)
+    headline = label(cfg, cfg["headline"])
+    target = ranks.loc[(ranks["optimizer"] == headline) & (ranks["rank"] == cfg["rank"]),
+                       "state MB"].iloc[0]
+    rows = []
+    for name, rows_of in ranks.groupby("optimizer", sort=False):
+        x, y = np.log(rows_of["state MB"].to_numpy()), rows_of["test loss"].to_numpy()
+        order = np.argsort(x)
+        inside = x.min() <= math.log(target) <= x.max()
+        loss = float(np.interp(math.log(target), x[order], y[order])) if inside else math.nan
+        rows.append({"optimizer": name, f"test loss at {target:.3g} MB": loss})
+    return pd.DataFrame(rows)
+
+
+def ranking_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Each method's validation loss at its chosen rate (mean over seeds) at the last two
+    evaluations, and its place in the ranking at each: a run long enough to rank the methods
+    ranks them the same at both (`ranking_verdict`)."""
+    final = final_runs(frame)
+    reference = pd.DataFrame(final.loc[final["method"] == REFERENCE, "curve"].iloc[0])
+    before, last = reference["step"].iloc[-2], reference["step"].iloc[-1]
+    losses = {}
+    for method in cfg["methods"]:
+        curves = pd.concat(pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"])
+        mean = curves.groupby("step")["validation_loss"].mean()
+        losses[label(cfg, method)] = [mean.get(before, math.inf), mean.get(last, math.inf)]
+    table = pd.DataFrame(losses, index=[f"loss at step {before}", f"loss at step {last}"]).T
+    table[f"place at step {before}"] = table.iloc[:, 0].rank(method="min").astype(int)
+    table[f"place at step {last}"] = table.iloc[:, 1].rank(method="min").astype(int)
+    return table.rename_axis("optimizer").reset_index()
+
+
+def ranking_verdict(table: pd.DataFrame) -> str:
+    """Whether the ranking of `ranking_table` is the same at its last two evaluations: "stable",
+    or the pairs that swap places and Kendall's τ between the two rankings."""
+    from scipy.stats import kendalltau
+
+    before, last = table.columns[3], table.columns[4]
+    names = table["optimizer"].tolist()
+    a, b = table[before].tolist(), table[last].tolist()
+    swaps = [f"{names[i]} ↔ {names[j]}" for i in range(len(names)) for j in range(i + 1, len(names))
+             if (a[i] - a[j]) * (b[i] - b[j]) < 0]
+    if not swaps:
+        return f"ranking stable between {before.removeprefix('place at ')} and " \
+               f"{last.removeprefix('place at ')}: no two optimizers swap places"
+    return (f"ranking not yet stable ({before} → {last}): Kendall τ "
+            f"{kendalltau(a, b).statistic:.3f}; {len(swaps)} pair(s) swap: " + "; ".join(swaps))
+
+
+def goal(frame: pd.DataFrame, cfg: dict[str, Any], method: str | None = None) -> str:
+    """The issue's goal, checked for `method` (default `headline`): within `goal_ratio` of
+    AdamW's test loss with at most `goal_state` of its state, and ahead of GaLore and APOLLO
+    at equal bytes (the headline's bytes at the base rank; `method` must be in rank_methods)."""
+    method = method or cfg["headline"]
+    table = summary(frame, cfg).set_index("optimizer")
+    row = table.loc[label(cfg, method)]
+    close = row["loss / AdamW"] <= 1 + cfg["goal_ratio"]
+    small = row["state / AdamW"] <= cfg["goal_state"]
+    at_bytes = equal_bytes(frame, cfg).set_index("optimizer").iloc[:, 0]
+    mine = at_bytes.get(label(cfg, method), math.nan)
+    others = {k: v for k, v in at_bytes.items()
+              if k in (REGISTRY["galore"].label, REGISTRY["apollo"].label)}
+    compared = [v for v in others.values() if not math.isnan(v)]
+    ahead = bool(compared) and not math.isnan(mine) and all(mine < v for v in compared)
+    return (f"{label(cfg, method)}: loss/AdamW {row['loss / AdamW']:.4f} "
+            f"({'within' if close else 'outside'} {cfg['goal_ratio']:.0%}), state/AdamW "
+            f"{row['state / AdamW']:.3f} ({'≤' if small else '>'} {cfg['goal_state']:.0%}); "
+            f"at equal bytes {mine:.4f} vs "
+            + ", ".join(f"{k} {v:.4f}" for k, v in others.items())
+            + f" ({'ahead' if ahead else 'not ahead'}, one seed)")
+
+
+# ------------------------------------------------------------------------------ figures
+
+def _unit(cfg: dict[str, Any]) -> str:
+    return "byte" if cfg["task"] == "text" else "completion token"
+
+
+def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Validation loss against step at each method's chosen rate: the mean over seeds, and
+    their range shaded."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    final = final_runs(frame)
+    for method in cfg["methods"]:
+        curves = [pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"]]
+        by_step = pd.concat(curves).groupby("step")["validation_loss"]
+        mean = by_step.mean()
+        ax.plot(mean.index, mean.to_numpy(), label=label(cfg, method), color=color(cfg, method),
+                lw=2 if method in (REFERENCE, cfg["headline"]) else 1.2)
+        ax.fill_between(mean.index, by_step.min().to_numpy(), by_step.max().to_numpy(),
+                        color=color(cfg, method), alpha=0.15, lw=0)
+    reference = final_runs(frame).query("method == @REFERENCE")["test_loss"].mean()
+    ax.set_ylim(reference - 0.1, reference + 1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"validation loss (nats / {_unit(cfg)})")
+    what = "Byte-level LM on Shakespeare" if cfg["task"] == "text" else "SFT on gsm-synth"
+    ax.set_title(f"{what}, {cfg['steps']} steps, each at its best lr")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Test loss against optimizer-state bytes: every method (seed mean ± sd) and the
+    rank-sized ones at every rank."""
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    table = summary(frame, cfg)
+    reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
+    top = reference + 0.6
+    for method, row in zip(cfg["methods"], table.to_dict("records"), strict=True):
+        loss = row["test loss"]
+        if loss > top:  # off the chart: drawn at its edge, with its value
+            ax.plot(row["state MB"], top, "^", color=color(cfg, method), label=row["optimizer"])
+            ax.annotate(f"{loss:.2f}", (row["state MB"], top), fontsize=6, xytext=(3, -8),
+                        textcoords="offset points")
+            continue
+        ax.errorbar(row["state MB"], loss, yerr=0 if math.isnan(row["± sd"]) else row["± sd"],
+                    fmt="o", color=color(cfg, method), label=row["optimizer"], capsize=3)
+    ranks = rank_table(frame, cfg)
+    for method in cfg["rank_methods"]:
+        rows = ranks[ranks["optimizer"] == label(cfg, method)]
+        ax.plot(rows["state MB"], rows["test loss"], "--", color=color(cfg, method), lw=1)
+        for r in rows.to_dict("records"):
+            ax.annotate(f"r{r['rank']}", (r["state MB"], r["test loss"]), fontsize=6,
+                        xytext=(2, 2), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("optimizer state (MB, measured)")
+    ax.set_ylabel(f"test loss (nats / {_unit(cfg)})")
+    lowest = min(table["test loss"].min(), ranks["test loss"].min())
+    ax.set_ylim(lowest - 0.03, top + 0.02)
+    ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps; ▲ off the chart)")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+    """Validation loss against learning rate for every method (sweep seed); a loss above the
+    axes (a rate far from the best, or diverged) is drawn at its top edge."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    runs = frame[frame["study"] == "sweep"]
+    best = runs.groupby("method")["validation_loss"].min()
+    top = best.max() + 0.5  # every method's best point inside the axes
+    for method in cfg["methods"]:
+        rows = runs[runs["method"] == method].sort_values("lr")
+        ax.plot(rows["lr"], rows["validation_loss"].fillna(np.inf).clip(upper=top - 0.02), "o-",
+                ms=3, color=color(cfg, method), label=label(cfg, method))
+    ax.set_xscale("log")
+    ax.set_ylim(best.min() - 0.05, top)
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel(f"validation loss (nats / {_unit(cfg)})")
+    ax.set_title("Each optimizer's own learning-rate sweep")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
