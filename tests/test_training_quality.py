@@ -373,3 +373,20 @@ def test_refresh_projections_refreshes_logra_s_sketches_at_the_projection_gap() 
     refreshed = build_optimizer("logra", model, {"lr": 1e-3, "refresh_projections": True,
                                                  "projection_gap": 7})
     assert plain.refresh_every is None and refreshed.refresh_every == 7
+
+
+def test_ranking_verdict_tells_a_real_swap_from_a_tie() -> None:
+    """Two optimizers that swap places by more than their seed sd make the ranking unstable;
+    a swap inside it is a tie; no swap is stable."""
+    def table(last: list[float], sd: list[float]) -> pd.DataFrame:
+        frame = pd.DataFrame({"optimizer": ["A", "B", "C"], "loss at step 150": [1.0, 1.1, 1.5],
+                              "loss at step 200": last, "seed sd at step 200": sd})
+        frame["place at step 150"] = frame.iloc[:, 1].rank(method="min").astype(int)
+        frame["place at step 200"] = frame.iloc[:, 2].rank(method="min").astype(int)
+        return frame
+
+    assert tqr.ranking_verdict(table([0.9, 1.0, 1.4], [0.01] * 3)).startswith("ranking stable (")
+    tie = tqr.ranking_verdict(table([0.95, 0.94, 1.4], [0.02] * 3))
+    assert tie.startswith("ranking stable up to ties") and "within it: A ↔ B" in tie
+    real = tqr.ranking_verdict(table([0.95, 0.85, 1.4], [0.02] * 3))
+    assert real.startswith("ranking not yet stable") and "beyond the seed sd: A ↔ B" in real

@@ -207,38 +207,52 @@ def equal_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
 
 
 def ranking_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """Each method's validation loss at its chosen rate (mean over seeds) at the last two
-    evaluations, and its place in the ranking at each: a run long enough to rank the methods
-    ranks them the same at both (`ranking_verdict`)."""
+    """Each method's validation loss at its chosen rate (mean over seeds, and their sd at the
+    last) at the last two evaluations, and its place in the ranking at each: a run long enough
+    to rank the methods ranks them the same at both (`ranking_verdict`)."""
     final = final_runs(frame)
     reference = pd.DataFrame(final.loc[final["method"] == REFERENCE, "curve"].iloc[0])
     before, last = reference["step"].iloc[-2], reference["step"].iloc[-1]
-    losses = {}
+    rows = {}
     for method in cfg["methods"]:
         curves = pd.concat(pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"])
-        mean = curves.groupby("step")["validation_loss"].mean()
-        losses[label(cfg, method)] = [mean.get(before, math.inf), mean.get(last, math.inf)]
-    table = pd.DataFrame(losses, index=[f"loss at step {before}", f"loss at step {last}"]).T
+        by_step = curves.groupby("step")["validation_loss"]
+        mean, sd = by_step.mean(), by_step.std(ddof=1)
+        rows[label(cfg, method)] = [mean.get(before, math.inf), mean.get(last, math.inf),
+                                    sd.get(last, math.nan)]
+    table = pd.DataFrame(rows, index=[f"loss at step {before}", f"loss at step {last}",
+                                      f"seed sd at step {last}"]).T
     table[f"place at step {before}"] = table.iloc[:, 0].rank(method="min").astype(int)
     table[f"place at step {last}"] = table.iloc[:, 1].rank(method="min").astype(int)
     return table.rename_axis("optimizer").reset_index()
 
 
 def ranking_verdict(table: pd.DataFrame) -> str:
-    """Whether the ranking of `ranking_table` is the same at its last two evaluations: "stable",
-    or the pairs that swap places and Kendall's τ between the two rankings."""
+    """Whether `ranking_table`'s ranking is the same at its last two evaluations.
+
+    A pair that swaps places counts as a change when, at the last evaluation, their mean losses
+    differ by more than the larger of their seed sds; a swap inside that is a tie changing
+    order. Returns the verdict, Kendall's τ between the two rankings and the swaps of each kind.
+    """
     from scipy.stats import kendalltau
 
-    before, last = table.columns[3], table.columns[4]
     names = table["optimizer"].tolist()
-    a, b = table[before].tolist(), table[last].tolist()
-    swaps = [f"{names[i]} ↔ {names[j]}" for i in range(len(names)) for j in range(i + 1, len(names))
+    a, b = table.iloc[:, 1].tolist(), table.iloc[:, 2].tolist()
+    sd = table.iloc[:, 3].fillna(0.0).tolist()
+    steps = " → ".join(c.removeprefix("loss at ") for c in table.columns[1:3])
+    swaps = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))
              if (a[i] - a[j]) * (b[i] - b[j]) < 0]
+    changed = [f"{names[i]} ↔ {names[j]}" for i, j in swaps
+               if abs(b[i] - b[j]) > max(sd[i], sd[j])]
+    ties = [f"{names[i]} ↔ {names[j]}" for i, j in swaps
+            if abs(b[i] - b[j]) <= max(sd[i], sd[j])]
     if not swaps:
-        return f"ranking stable between {before.removeprefix('place at ')} and " \
-               f"{last.removeprefix('place at ')}: no two optimizers swap places"
-    return (f"ranking not yet stable ({before} → {last}): Kendall τ "
-            f"{kendalltau(a, b).statistic:.3f}; {len(swaps)} pair(s) swap: " + "; ".join(swaps))
+        return f"ranking stable ({steps}): no two optimizers swap places"
+    tau = kendalltau(a, b).statistic
+    verdict = "ranking not yet stable" if changed else "ranking stable up to ties"
+    return (f"{verdict} ({steps}, Kendall τ {tau:.3f}): {len(changed)} swap(s) beyond the seed "
+            f"sd{': ' + '; '.join(changed) if changed else ''}; {len(ties)} within it"
+            f"{': ' + '; '.join(ties) if ties else ''}")
 
 
 def goal(frame: pd.DataFrame, cfg: dict[str, Any], method: str | None = None) -> str:
