@@ -219,6 +219,16 @@ def test_the_shakespeare_corpus_holds_the_configured_plays() -> None:
         assert set(names) <= set(plays)
 
 
+def synthetic_train(cfg, run):
+    """A run's result on a synthetic loss whose best rate grows with the rank (as GaLore's step
+    does): best 3e-3 · rank / 4, quadratic in log lr."""
+    best = 3e-3 * run.rank / 4
+    loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
+    return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
+            "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
+            "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
+
+
 def test_each_rank_gets_its_own_rate_and_only_projections_key_their_refresh(monkeypatch,
                                                                            tmp_path) -> None:
     """The plan end to end on a synthetic loss whose best rate grows with the rank (as
@@ -229,14 +239,7 @@ def test_each_rank_gets_its_own_rate_and_only_projections_key_their_refresh(monk
                         "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 9e-3]}},
                     rank_methods=["galore"], headline="galore")
 
-    def fake_train(cfg, run):
-        best = 3e-3 * run.rank / 4
-        loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
-        return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
-                "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
-                "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
-
-    monkeypatch.setattr(tq, "train", fake_train)
+    monkeypatch.setattr(tq, "train", synthetic_train)
     frame = tq.run(cfg, progress=False)
     ranks = tqr.rank_table(frame, cfg).set_index("rank")
     assert ranks.loc[2, "best lr"] == pytest.approx(1e-3)
@@ -309,14 +312,7 @@ def test_every_rank_s_best_rate_is_bracketed(monkeypatch, tmp_path) -> None:
                         "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 9e-3]}},
                     rank_methods=["galore"], headline="galore")
 
-    def fake_train(cfg, run):
-        best = 3e-3 * run.rank / 4  # 4.8e-2 at rank 64: two factors of 3 past 9e-3
-        loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
-        return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
-                "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
-                "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
-
-    monkeypatch.setattr(tq, "train", fake_train)
+    monkeypatch.setattr(tq, "train", synthetic_train)  # best 4.8e-2 at rank 64
     frame = tq.run(cfg, progress=False)
     tried = sorted(frame.loc[(frame["study"] == "ranks") & (frame["rank"] == 64), "lr"])
     # 9e-3 (edge) → 2.7e-2 (edge) → 8.1e-2 (edge: nearer 4.8e-2 in log) → 2.43e-1: bracketed
