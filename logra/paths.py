@@ -32,10 +32,15 @@ def project_root() -> Path:
     return checkout_root() or Path.cwd()
 
 
+def project_path(path: str | os.PathLike) -> Path:
+    """`path` as an absolute path: a relative one is taken under `project_root`."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else project_root() / path
+
+
 def results_root(results_dir: str | os.PathLike | None = None) -> Path:
     """`results_dir` as an absolute path (relative ones under `project_root`); None: results/."""
-    path = Path(results_dir if results_dir is not None else "results").expanduser()
-    return path if path.is_absolute() else project_root() / path
+    return project_path(results_dir if results_dir is not None else "results")
 
 
 def figures_dir(scale: str, results_dir: str | os.PathLike | None = None) -> Path:

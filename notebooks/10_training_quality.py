@@ -34,7 +34,9 @@
 # rules that put the momentum's direction back from the same sketch state, `blend` and
 # `subspace`, and APOLLO's one-sided `channel` scaling (`logra/optim/updates.py`). Same model,
 # data order, token budget and schedule for all; each its own learning-rate sweep (extended past
-# any edge optimum); the chosen rate over seeds, paired against AdamW by seed. LoGRA's KL
+# any edge optimum); the chosen rate over seeds, paired against AdamW by seed. The default scale
+# reads the rates the committed sweep chose (`figures/*_sweep.csv`, `*_ranks.csv`) and runs only
+# the seeds and ranks; the `sweep` scale sweeps again. LoGRA's KL
 # control is off (there is no reference policy). All logic lives in
 # `logra.experiments.training_quality` (training) and
 # `logra.experiments.training_quality_report` (tables and figures).
@@ -120,8 +122,9 @@ for cfg, frame in results.values():
 # %% [markdown]
 # ## 3 · The learning-rate sweeps and the ranks
 #
-# Every rate tried (sweep seed; the chosen one marked), the rank-sized optimizers at each rank
-# at their chosen rate, and their loss interpolated at the headline LoGRA's state bytes.
+# Every rate tried (sweep seed; the chosen one marked; where the rates were read, the sweep
+# they were read from), the rank-sized optimizers at each rank at their chosen rate, and their
+# loss interpolated at the headline LoGRA's state bytes.
 
 # %%
 for cfg, frame in results.values():

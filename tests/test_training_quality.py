@@ -386,3 +386,99 @@ def test_ranking_verdict_tells_a_real_swap_from_a_tie() -> None:
     assert tie.startswith("ranking stable up to ties") and "within it: A ↔ B" in tie
     real = tqr.ranking_verdict(table([0.95, 0.85, 1.4], [0.02] * 3))
     assert real.startswith("ranking not yet stable") and "beyond the seed sd: A ↔ B" in real
+
+
+def _chosen_study(tmp_path, **overrides):
+    """A smoke config whose synthetic losses put AdamW's best rate past its grid's low end
+    (1e-3/3, printed 0.0003 in the tables) and GaLore's at 3e-3 · rank / 4."""
+    study = dict(results_dir=str(tmp_path / "runs"), rank=4, ranks=[2, 4, 8], max_extensions=2,
+                 methods={"adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3, 9e-3]},
+                          "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 9e-3]}},
+                 rank_methods=["galore"], headline="galore")
+    return tq.config("smoke", **{**study, **overrides})
+
+
+def _train_past_the_edge(cfg, run):
+    best = 3.2e-4 if run.method == "adamw" else 3e-3 * run.rank / 4
+    loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
+    return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
+            "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
+            "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
+
+
+def test_read_rates_run_the_sweep_s_seeds_and_ranks_and_sweep_nothing(monkeypatch,
+                                                                        tmp_path) -> None:
+    """The tables a sweep wrote (rates rounded as the notebook writes them) give the default
+    the same rates, runs and tables as the sweep, without one sweep run."""
+    from logra.experiments import report
+
+    monkeypatch.setattr(tq, "train", _train_past_the_edge)
+    swept_cfg = _chosen_study(tmp_path)
+    swept = tq.run(swept_cfg, progress=False)
+    tables = tmp_path / "figures"
+    for name, table in (("sweep", tqr.sweep_table), ("ranks", tqr.rank_table)):
+        report.save_table(table(swept, swept_cfg).round(4), tq.output_name(swept_cfg, name),
+                          tables)
+    assert swept.loc[swept["chosen"] & (swept["method"] == "adamw"), "lr"].iloc[0] == (
+        pytest.approx(1e-3 / 3))
+
+    trained = []
+    monkeypatch.setattr(tq, "train", lambda cfg, run: trained.append(run)
+                        or _train_past_the_edge(cfg, run))
+    cfg = _chosen_study(tmp_path, chosen_lrs=str(tables))
+    assert tq.reads_chosen(cfg) and "rates read from" in tq.describe(cfg)
+    read = tq.run(cfg, progress=False)
+    assert {r.study for r in trained} == {"seeds", "ranks"}
+    assert len(trained) == 2 * len(cfg["seeds"]) + 2  # two methods' seeds, GaLore's ranks 2, 8
+    chosen_runs = swept[swept["chosen"]].drop_duplicates(["method", "rank", "seed"])
+    assert sorted((r.method, r.rank, r.seed, r.lr) for r in trained) == sorted(
+        chosen_runs[["method", "rank", "seed", "lr"]].itertuples(index=False, name=None))
+    pd.testing.assert_frame_equal(tqr.summary(read, cfg), tqr.summary(swept, swept_cfg))
+    pd.testing.assert_frame_equal(tqr.rank_table(read, cfg).reset_index(drop=True),
+                                  tqr.rank_table(swept, swept_cfg).reset_index(drop=True))
+    assert tqr.sweep_table(read, cfg).equals(pd.read_csv(tq.chosen_tables(cfg)["sweep"]))
+
+
+def test_read_rates_fail_naming_the_table_and_what_it_lacks(monkeypatch, tmp_path,
+                                                            capsys) -> None:
+    from logra.experiments import report
+
+    monkeypatch.setattr(tq, "train", _train_past_the_edge)
+    swept_cfg = _chosen_study(tmp_path)
+    swept = tq.run(swept_cfg, progress=False)
+    tables = tmp_path / "figures"
+    sweep = tqr.sweep_table(swept, swept_cfg).round(4)
+    ranks = tqr.rank_table(swept, swept_cfg).round(4)
+    report.save_table(sweep[sweep["optimizer"] != "GaLore"], "training_quality_sweep", tables)
+    report.save_table(ranks, "training_quality_ranks", tables)
+    with pytest.raises(ConfigError, match=r"figures has no chosen rate for \['galore'\]"):
+        _chosen_study(tmp_path, chosen_lrs=str(tables))
+    report.save_table(sweep, "training_quality_sweep", tables)
+    report.save_table(ranks[ranks["rank"] != 8], "training_quality_ranks", tables)
+    with pytest.raises(ConfigError, match=r"no chosen rate for \['galore at rank 8'\]"):
+        _chosen_study(tmp_path, chosen_lrs=str(tables))
+
+    report.save_table(ranks, "training_quality_ranks", tables)
+    with pytest.raises(ConfigError, match="did not try adamw's lrs"):  # a wider grid's
+        _chosen_study(tmp_path, chosen_lrs=str(tables), methods={
+            "adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3, 9e-3, 2.7e-2]},
+            "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 9e-3]}})
+    moved = sweep.assign(lr=sweep["lr"] * 2)  # another grid's rates
+    report.save_table(moved, "training_quality_sweep", tables)
+    with pytest.raises(ConfigError, match=r"gives adamw the rate .*, which no sweep of its grid"):
+        _chosen_study(tmp_path, chosen_lrs=str(tables))
+
+    cfg = _chosen_study(tmp_path, chosen_lrs=str(tmp_path / "nowhere"))
+    assert not tq.reads_chosen(cfg)
+    assert "not found; sweeping the learning rates" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("task", ["text", "sft"])
+def test_the_committed_tables_hold_every_rate_the_default_reads(task) -> None:
+    """`figures/` holds a chosen rate for every method and rank of the default scale, each a
+    rate its sweep tried: the default runs without sweeping."""
+    cfg = tq.config("default", task=task)
+    assert tq.reads_chosen(cfg)
+    chosen = tq.read_chosen(cfg)
+    assert len(chosen) == len(cfg["methods"]) + len(cfg["rank_methods"]) * (len(cfg["ranks"]) - 1)
+    assert not chosen["at_edge"].any()

@@ -115,8 +115,7 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
 
 def chosen_lrs_path(cfg: dict[str, Any]) -> Path:
     """`cfg["chosen_lrs"]` as an absolute path (relative ones under the project root)."""
-    path = Path(cfg["chosen_lrs"]).expanduser()
-    return path if path.is_absolute() else paths.project_root() / path
+    return paths.project_path(cfg["chosen_lrs"])
 
 
 def reads_chosen(cfg: dict[str, Any]) -> bool:

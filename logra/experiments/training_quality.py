@@ -13,7 +13,9 @@ optimizer of `methods` (each an entry of `logra.optimizers` with its settings):
               the same windows in the same order for every optimizer of a seed
     sweep     each optimizer's `lrs` at `sweep_seed`, the best on the validation plays chosen;
               a best at the edge of the grid extends the grid by one factor-`lr_step` value
-              (at most `max_extensions` times), so no chosen rate is an edge
+              (at most `max_extensions` times), so no chosen rate is an edge. With
+              `chosen_lrs` (the directory of a sweeping scale's sweep and rank tables) every
+              rate is read from those tables instead and nothing is swept (`read_chosen`)
     seeds     every optimizer at its chosen rate on each of `seeds` (init and data order)
     ranks     the rank-sized optimizers of `rank_methods` at `ranks` (`sweep_seed`), each rank
               at three rates: the base rank's choice and one `lr_step` either side (GaLore's
@@ -39,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -48,7 +51,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from logra import io
+from logra import io, paths
 from logra.config import ConfigError, load_config
 from logra.experiments.jobs import run_jobs, worker_count
 from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
@@ -114,7 +117,99 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
                               f"; got {cfg['sft_base_task']!r}")
     if cfg["sweep_seed"] not in cfg["seeds"]:
         raise ConfigError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
+    if cfg["chosen_lrs"] is not None:
+        if not isinstance(cfg["chosen_lrs"], str | os.PathLike):
+            raise ConfigError(f"chosen_lrs must be a directory or null, got "
+                              f"{cfg['chosen_lrs']!r}")
+        cfg["chosen_lrs"] = str(cfg["chosen_lrs"])
+        absent = [str(path) for path in chosen_tables(cfg).values() if not path.is_file()]
+        if absent:
+            print(f"chosen_lrs: {', '.join(absent)} not found; sweeping the learning rates")
+            cfg["chosen_lrs"] = None
+        else:
+            read_chosen(cfg)  # a table without a method or a rank fails here, before any run
     return cfg
+
+
+def reads_chosen(cfg: dict[str, Any]) -> bool:
+    """Whether the rates come from a sweep's tables instead of a sweep (`config` sets
+    `chosen_lrs` to None where its tables do not exist)."""
+    return cfg["chosen_lrs"] is not None
+
+
+def chosen_tables(cfg: dict[str, Any]) -> dict[str, Path]:
+    """The sweep table and the rank table (`training_quality_report.sweep_table`, `rank_table`)
+    of `cfg`'s task in the directory `chosen_lrs` (relative paths under the project root)."""
+    directory = paths.project_path(cfg["chosen_lrs"])
+    return {name: directory / f"{output_name(cfg, name)}.csv" for name in ("sweep", "ranks")}
+
+
+def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
+    """Each method's chosen rate at the base rank, and each rank-study method's at its other
+    ranks, read from `chosen_tables`: one row per (method, rank) with `lr` and `at_edge` (the
+    rate is the smallest or largest its sweep tried). The tables print rates to four decimals;
+    each is read as the rate of the sweep's ladder nearest it (`_ladder`). Raises ConfigError
+    naming the file and every method (and rank) it lacks, or a method whose grid it did not
+    sweep."""
+    tables = chosen_tables(cfg)
+    sweep_rows = pd.read_csv(tables["sweep"])
+    rank_rows = pd.read_csv(tables["ranks"])
+    rows, missing = [], []
+    for method, entry in cfg["methods"].items():
+        mine = sweep_rows[sweep_rows["optimizer"] == label(cfg, method)]
+        pick = mine[mine["chosen"].astype(bool)]
+        if len(pick) != 1:
+            missing.append(method)
+            continue
+        ladder = _ladder(entry["lrs"], cfg)
+        tried = {_snap(lr, ladder, tables["sweep"], method) for lr in mine["lr"]}
+        if not set(map(float, entry["lrs"])) <= tried:
+            raise ConfigError(f"chosen_lrs: {tables['sweep']} did not try {method}'s lrs "
+                              f"{entry['lrs']}: it is another sweep's table")
+        lr = _snap(float(pick["lr"].iloc[0]), ladder, tables["sweep"], method)
+        rows.append(dict(method=method, rank=cfg["rank"], lr=lr,
+                         at_edge=lr in (min(tried), max(tried))))
+    base = {r["method"]: r["lr"] for r in rows}
+    for method in cfg["rank_methods"]:
+        for rank in cfg["ranks"]:
+            if rank == cfg["rank"] or method not in base:
+                continue
+            pick = rank_rows[(rank_rows["optimizer"] == label(cfg, method))
+                             & (rank_rows["rank"] == rank)]
+            if len(pick) != 1:
+                missing.append(f"{method} at rank {rank}")
+                continue
+            ladder = _ladder([base[method]], cfg, steps=cfg["max_extensions"] + 1)
+            rows.append(dict(method=method, rank=rank,
+                             lr=_snap(float(pick["best lr"].iloc[0]), ladder, tables["ranks"],
+                                      method),
+                             at_edge=bool(pick["lr at edge"].iloc[0])))
+    if missing:
+        raise ConfigError(f"chosen_lrs: {paths.project_path(cfg['chosen_lrs'])} has no chosen "
+                          f"rate for {missing}; give the tables of a sweep that ran them, or "
+                          f"sweep (chosen_lrs: null, the `sweep` scale)")
+    return pd.DataFrame(rows).set_index(["method", "rank"])
+
+
+def _ladder(lrs: list[float], cfg: dict[str, Any], steps: int | None = None) -> list[float]:
+    """The rates a sweep can try from `lrs`: them, and up to `steps` (default
+    `max_extensions`) factors of `lr_step` beyond either end, as `sweep` and `_bracket_ranks`
+    compute them."""
+    steps = cfg["max_extensions"] if steps is None else steps
+    low, high = min(lrs), max(lrs)
+    return ([low / cfg["lr_step"] ** k for k in range(steps, 0, -1)] + sorted(map(float, lrs))
+            + [high * cfg["lr_step"] ** k for k in range(1, steps + 1)])
+
+
+def _snap(printed: float, ladder: list[float], path: Path, method: str) -> float:
+    """The rate of `ladder` that `printed` (a table's rounded rate) stands for: the nearest in
+    log, which must round to it."""
+    if printed > 0:
+        nearest = min(ladder, key=lambda lr: abs(math.log(lr / printed)))
+        if round(nearest, 4) == round(printed, 4):
+            return nearest
+    raise ConfigError(f"chosen_lrs: {path} gives {method} the rate {printed!r}, which no sweep "
+                      f"of its grid tries")
 
 
 def output_name(cfg: dict[str, Any], suffix: str = "") -> str:
@@ -131,7 +226,9 @@ def describe(cfg: dict[str, Any]) -> str:
     else:
         what = (f"sft: {cfg['sft_model']} architecture on gsm-synth solutions, "
                 f"{cfg['steps']} steps × {cfg['batch_size']} sequences")
-    return (f"{what}; {len(cfg['methods'])} optimizers, seeds {cfg['seeds']}, "
+    rates = (f"rates read from {chosen_tables(cfg)['sweep'].parent}" if reads_chosen(cfg)
+             else "rates swept")
+    return (f"{what}; {len(cfg['methods'])} optimizers, {rates}, seeds {cfg['seeds']}, "
             f"{worker_count(cfg['workers'])} worker(s)")
 
 
@@ -282,7 +379,10 @@ def sweep(cfg: dict[str, Any], progress: bool = True) -> list[dict]:
 
 
 def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
-    """Sweep, then seeds and ranks at each method's chosen rate: one row per run."""
+    """Sweep, then seeds and ranks at each method's chosen rate: one row per run. With
+    `reads_chosen`, only the seeds and ranks, at the rates of `read_chosen`."""
+    if reads_chosen(cfg):
+        return _run_chosen(cfg, progress)
     results = sweep(cfg, progress)
     chosen = {m: _best(results, m)["lr"] for m in cfg["methods"]}
     later = [Run(m, chosen[m], s, cfg["rank"], "seeds") for m in cfg["methods"]
@@ -298,6 +398,32 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     frame["chosen"] = [r["lr"] == (at_rank[r["method"], r["rank"]] if r["study"] == "ranks"
                                    else chosen[r["method"]]) for r in results]
     return frame
+
+
+def _run_chosen(cfg: dict[str, Any], progress: bool) -> pd.DataFrame:
+    benchmark(cfg)  # data generated and cached here, before workers start
+    chosen = read_chosen(cfg)["lr"]
+    runs = [Run(m, chosen[m, cfg["rank"]], s, cfg["rank"], "seeds") for m in cfg["methods"]
+            for s in cfg["seeds"]]
+    runs += [Run(m, chosen[m, r], cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
+             for r in cfg["ranks"] if r != cfg["rank"]]
+    frame = pd.DataFrame(_jobs(cfg, runs, progress, f"{EXPERIMENT} seeds and ranks"))
+    frame["chosen"] = True
+    return frame
+
+
+def lr_choices(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+    """Per (method, rank) its chosen rate `lr` and `at_edge`: whether that is the smallest or
+    largest rate tried; from the runs, or with `reads_chosen` from the tables they were read
+    from."""
+    if reads_chosen(cfg):
+        return read_chosen(cfg)
+    swept = frame[frame["study"] != "seeds"]
+    chosen = swept[swept["chosen"]].groupby(["method", "rank"])["lr"].first()
+    rows = [dict(method=method, rank=rank, lr=chosen[method, rank],
+                 at_edge=chosen[method, rank] in (lrs.min(), lrs.max()))
+            for (method, rank), lrs in swept.groupby(["method", "rank"])["lr"]]
+    return pd.DataFrame(rows).set_index(["method", "rank"])
 
 
 def _bracket_ranks(cfg: dict[str, Any], results: list[dict], progress: bool) -> list[dict]:
@@ -325,6 +451,5 @@ def _bracket_ranks(cfg: dict[str, Any], results: list[dict], progress: bool) -> 
 
 def final_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """Runs at each method's chosen rate and the base rank, one per seed."""
-    base_rank = frame.loc[frame["study"] == "sweep", "rank"].iloc[0]
-    final = frame[frame["chosen"] & (frame["rank"] == base_rank)]
+    final = frame[frame["chosen"] & (frame["study"] != "ranks")]
     return final.drop_duplicates(["method", "seed"])

@@ -18,7 +18,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from logra.experiments.training_quality import REFERENCE, final_runs, label
+from logra.experiments.training_quality import (
+    REFERENCE,
+    chosen_tables,
+    final_runs,
+    label,
+    lr_choices,
+    reads_chosen,
+)
 from logra.optimizers import REGISTRY
 from logra.stats import holm, paired_t
 
@@ -131,18 +138,16 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     (Holm's correction over the table's tests)."""
     final = final_runs(frame)
     reference = final[final["method"] == REFERENCE].set_index("seed")
-    sweep_runs = frame[frame["study"] == "sweep"]
+    choices = lr_choices(frame, cfg)
     tests = {method: _paired(final, method, REFERENCE) for method in cfg["methods"]}
     adjusted = dict(zip(tests, _holm_column([p for *_, p in tests.values()]), strict=True))
     rows = []
     for method, (ratio, mean_diff, half, _) in tests.items():
         mine = final[final["method"] == method].set_index("seed")
-        lrs = sorted(sweep_runs.loc[sweep_runs["method"] == method, "lr"])
-        lr = float(mine["lr"].iloc[0])
         rows.append({
             "optimizer": label(cfg, method),
-            "best lr": lr,
-            "lr at grid edge": lr in (lrs[0], lrs[-1]),
+            "best lr": float(mine["lr"].iloc[0]),
+            "lr at grid edge": bool(choices.loc[(method, cfg["rank"]), "at_edge"]),
             "test loss": mine["test_loss"].mean(),
             "± sd": mine["test_loss"].std(ddof=1) if len(mine) > 1 else math.nan,
             "seeds": len(mine),
@@ -160,7 +165,12 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
 
 
 def sweep_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
-    """Every learning rate tried, at the sweep seed."""
+    """Every learning rate tried, at the sweep seed; with `reads_chosen`, the rows of the sweep
+    table the rates were read from for `cfg`'s methods, as they are."""
+    if reads_chosen(cfg):
+        table = pd.read_csv(chosen_tables(cfg)["sweep"])
+        labels = [label(cfg, method) for method in cfg["methods"]]
+        return table[table["optimizer"].isin(labels)].reset_index(drop=True)
     runs = frame[frame["study"] == "sweep"].sort_values(["method", "lr"])
     table = runs[["label", "lr", "validation_loss", "test_loss", "diverged", "chosen"]]
     order = {m: i for i, m in enumerate(cfg["methods"])}
@@ -176,13 +186,10 @@ def rank_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     rows = rows.sort_values(["method", "rank"])
     reference = frame[(frame["method"] == REFERENCE) & frame["chosen"]
                       & (frame["seed"] == cfg["sweep_seed"])].iloc[0]
-    tried = frame[frame["method"].isin(cfg["rank_methods"]) & (frame["seed"] == cfg["sweep_seed"])
-                  & frame["study"].isin(("sweep", "ranks"))].groupby(["method", "rank"])["lr"]
-    edges = {key: (lrs.min(), lrs.max()) for key, lrs in tried}
+    at_edge = lr_choices(frame, cfg)["at_edge"]
     return pd.DataFrame({
         "optimizer": rows["label"], "rank": rows["rank"], "best lr": rows["lr"],
-        "lr at edge": [r["lr"] in edges[r["method"], r["rank"]]
-                       for r in rows.to_dict("records")],
+        "lr at edge": [bool(at_edge[r["method"], r["rank"]]) for r in rows.to_dict("records")],
         "state MB": rows["state_bytes"] / 1e6,
         "state / AdamW": rows["state_bytes"] / reference["state_bytes"],
         "test loss": rows["test_loss"], "loss / AdamW": rows["test_loss"] / reference["test_loss"],
@@ -346,12 +353,12 @@ def plot_sweep(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     """Validation loss against learning rate for every method (sweep seed); a loss above the
     axes (a rate far from the best, or diverged) is drawn at its top edge."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    runs = frame[frame["study"] == "sweep"]
-    best = runs.groupby("method")["validation_loss"].min()
+    runs = sweep_table(frame, cfg)
+    best = runs.groupby("optimizer")["validation loss"].min()
     top = best.max() + 0.5  # every method's best point inside the axes
     for method in cfg["methods"]:
-        rows = runs[runs["method"] == method].sort_values("lr")
-        ax.plot(rows["lr"], rows["validation_loss"].fillna(np.inf).clip(upper=top - 0.02), "o-",
+        rows = runs[runs["optimizer"] == label(cfg, method)].sort_values("lr")
+        ax.plot(rows["lr"], rows["validation loss"].fillna(np.inf).clip(upper=top - 0.02), "o-",
                 ms=3, color=color(cfg, method), label=label(cfg, method))
     ax.set_xscale("log")
     ax.set_ylim(best.min() - 0.05, top)
