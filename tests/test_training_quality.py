@@ -482,3 +482,23 @@ def test_the_committed_tables_hold_every_rate_the_default_reads(task) -> None:
     chosen = tq.read_chosen(cfg)
     assert len(chosen) == len(cfg["methods"]) + len(cfg["rank_methods"]) * (len(cfg["ranks"]) - 1)
     assert not chosen["at_edge"].any()
+
+
+def test_the_pareto_plot_labels_each_rank_once_where_optimizers_share_its_bytes(
+        monkeypatch, tmp_path) -> None:
+    """GaLore and APOLLO keep the same bytes at a rank (here, exactly): one label per rank, and no
+    two text labels of the figure overlap."""
+    cfg = tq.config("smoke", results_dir=str(tmp_path), rank=4, ranks=[2, 4, 8],
+                    max_extensions=0, methods={
+                        "adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3]},
+                        "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3]},
+                        "apollo": {"optimizer": "apollo", "lrs": [1e-3, 3e-3]}},
+                    rank_methods=["galore", "apollo"], headline="galore")
+    monkeypatch.setattr(tq, "train", synthetic_train)
+    frame = tq.run(cfg, progress=False)
+    fig = tqr.plot_pareto(frame, cfg)
+    fig.canvas.draw()
+    texts = [t for t in fig.axes[0].texts if t.get_text().startswith("r")]
+    assert sorted(t.get_text() for t in texts) == ["r2", "r4", "r8"]
+    boxes = [t.get_window_extent() for t in fig.axes[0].texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])

@@ -335,9 +335,9 @@ def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     for method in cfg["rank_methods"]:
         rows = ranks[ranks["optimizer"] == label(cfg, method)]
         ax.plot(rows["state MB"], rows["test loss"], "--", color=color(cfg, method), lw=1)
-        for r in rows.to_dict("records"):
-            ax.annotate(f"r{r['rank']}", (r["state MB"], r["test loss"]), fontsize=6,
-                        xytext=(2, 2), textcoords="offset points")
+    for rank, x, y in _rank_labels(ranks):
+        ax.annotate(f"r{rank}", (x, y), fontsize=6, xytext=(0, 4), textcoords="offset points",
+                    ha="center")
     ax.set_xscale("log")
     ax.set_xlabel("optimizer state (MB, measured)")
     ax.set_ylabel(f"test loss (nats / {_unit(cfg)})")
@@ -347,6 +347,21 @@ def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return fig
+
+
+def _rank_labels(ranks: pd.DataFrame, apart: float = 0.15) -> list[tuple[int, float, float]]:
+    """One (rank, state MB, test loss) label per group of `rank_table` rows of one rank whose
+    state bytes lie within a factor e^`apart` of the group's first (GaLore, APOLLO and Fira keep
+    the same bytes at a rank): at the group's first bytes, above its highest loss."""
+    labels: list[tuple[int, float, float]] = []
+    for rank, rows in ranks.sort_values("state MB").groupby("rank"):
+        start = None
+        for x in rows["state MB"]:
+            if start is None or math.log(x / start) > apart:
+                start = x
+                near = rows[np.log(rows["state MB"] / start).between(0, apart)]
+                labels.append((int(rank), float(start), float(near["test loss"].max())))
+    return labels
 
 
 def plot_sweep(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
