@@ -219,14 +219,18 @@ def test_the_shakespeare_corpus_holds_the_configured_plays() -> None:
         assert set(names) <= set(plays)
 
 
-def synthetic_train(cfg, run):
-    """A run's result on a synthetic loss whose best rate grows with the rank (as GaLore's step
-    does): best 3e-3 · rank / 4, quadratic in log lr."""
-    best = 3e-3 * run.rank / 4
+def synthetic_result(cfg, run, best: float) -> dict:
+    """A run's result on a synthetic loss quadratic in log lr with its minimum at `best`."""
     loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
     return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
             "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
             "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
+
+
+def synthetic_train(cfg, run):
+    """A synthetic run whose best rate grows with the rank (as GaLore's step does):
+    3e-3 · rank / 4."""
+    return synthetic_result(cfg, run, 3e-3 * run.rank / 4)
 
 
 def test_each_rank_gets_its_own_rate_and_only_projections_key_their_refresh(monkeypatch,
@@ -399,11 +403,8 @@ def _chosen_study(tmp_path, **overrides):
 
 
 def _train_past_the_edge(cfg, run):
-    best = 3.2e-4 if run.method == "adamw" else 3e-3 * run.rank / 4
-    loss = 2 + (math.log(run.lr) - math.log(best)) ** 2 + run.seed / 100
-    return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": loss,
-            "test_loss": loss, "state_bytes": 1000 * run.rank, "step_ms": 1.0,
-            "diverged": False, "curve": [{"step": 0, "validation_loss": loss}]}
+    return synthetic_result(cfg, run, 3.2e-4) if run.method == "adamw" else synthetic_train(
+        cfg, run)
 
 
 def test_read_rates_run_the_sweep_s_seeds_and_ranks_and_sweep_nothing(monkeypatch,
