@@ -392,41 +392,46 @@ def test_ranking_verdict_tells_a_real_swap_from_a_tie() -> None:
     assert real.startswith("ranking not yet stable") and "beyond the seed sd: A ↔ B" in real
 
 
-def _chosen_study(tmp_path, **overrides):
-    """A smoke config whose synthetic losses put AdamW's best rate past its grid's low end
-    (1e-3/3, printed 0.0003 in the tables) and GaLore's at 3e-3 · rank / 4."""
+def _chosen_study(tmp_path, scale: float = 1.0, **overrides):
+    """A smoke config whose synthetic losses (`_train_past_the_edge`) put AdamW's best rate past
+    its grid's low end (scale · 1e-3/3, printed 0.0003 at scale 1) and GaLore's at
+    scale · 3e-3 · rank / 4."""
+    grid = [scale * 1e-3, scale * 3e-3, scale * 9e-3]
     study = dict(results_dir=str(tmp_path / "runs"), rank=4, ranks=[2, 4, 8], max_extensions=2,
-                 methods={"adamw": {"optimizer": "adamw", "lrs": [1e-3, 3e-3, 9e-3]},
-                          "galore": {"optimizer": "galore", "lrs": [1e-3, 3e-3, 9e-3]}},
+                 methods={"adamw": {"optimizer": "adamw", "lrs": grid},
+                          "galore": {"optimizer": "galore", "lrs": grid}},
                  rank_methods=["galore"], headline="galore")
     return tq.config("smoke", **{**study, **overrides})
 
 
 def _train_past_the_edge(cfg, run):
-    return synthetic_result(cfg, run, 3.2e-4) if run.method == "adamw" else synthetic_train(
-        cfg, run)
+    scale = cfg["methods"]["adamw"]["lrs"][0] / 1e-3
+    best = 3.2e-4 if run.method == "adamw" else 3e-3 * run.rank / 4
+    return synthetic_result(cfg, run, scale * best)
 
 
-def test_read_rates_run_the_sweep_s_seeds_and_ranks_and_sweep_nothing(monkeypatch,
-                                                                        tmp_path) -> None:
+@pytest.mark.parametrize("scale", [1.0, 10.0])  # at 10, 0.03 · (1/3) != 0.03 / 3
+def test_read_rates_run_the_sweep_s_seeds_and_ranks_and_sweep_nothing(monkeypatch, tmp_path,
+                                                                        scale) -> None:
     """The tables a sweep wrote (rates rounded as the notebook writes them) give the default
-    the same rates, runs and tables as the sweep, without one sweep run."""
+    the same runs as the sweep, to the last bit of every rate (a run's cache key), and the same
+    tables, without one sweep run."""
     from logra.experiments import report
 
     monkeypatch.setattr(tq, "train", _train_past_the_edge)
-    swept_cfg = _chosen_study(tmp_path)
+    swept_cfg = _chosen_study(tmp_path, scale)
     swept = tq.run(swept_cfg, progress=False)
     tables = tmp_path / "figures"
     for name, table in (("sweep", tqr.sweep_table), ("ranks", tqr.rank_table)):
         report.save_table(table(swept, swept_cfg).round(4), tq.output_name(swept_cfg, name),
                           tables)
     assert swept.loc[swept["chosen"] & (swept["method"] == "adamw"), "lr"].iloc[0] == (
-        pytest.approx(1e-3 / 3))
+        pytest.approx(scale * 1e-3 / 3))
 
     trained = []
     monkeypatch.setattr(tq, "train", lambda cfg, run: trained.append(run)
                         or _train_past_the_edge(cfg, run))
-    cfg = _chosen_study(tmp_path, chosen_lrs=str(tables))
+    cfg = _chosen_study(tmp_path, scale, chosen_lrs=str(tables))
     assert tq.reads_chosen(cfg) and "rates read from" in tq.describe(cfg)
     read = tq.run(cfg, progress=False)
     assert {r.study for r in trained} == {"seeds", "ranks"}

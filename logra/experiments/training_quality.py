@@ -179,7 +179,7 @@ def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
             if len(pick) != 1:
                 missing.append(f"{method} at rank {rank}")
                 continue
-            ladder = _ladder([base[method]], cfg, steps=cfg["max_extensions"] + 1)
+            ladder = _ladder(_around(base[method], cfg), cfg)
             rows.append(dict(method=method, rank=rank,
                              lr=_snap(float(pick["best lr"].iloc[0]), ladder, tables["ranks"],
                                       method),
@@ -191,14 +191,31 @@ def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["method", "rank"])
 
 
-def _ladder(lrs: list[float], cfg: dict[str, Any], steps: int | None = None) -> list[float]:
-    """The rates a sweep can try from `lrs`: them, and up to `steps` (default
-    `max_extensions`) factors of `lr_step` beyond either end, as `sweep` and `_bracket_ranks`
-    compute them."""
-    steps = cfg["max_extensions"] if steps is None else steps
-    low, high = min(lrs), max(lrs)
-    return ([low / cfg["lr_step"] ** k for k in range(steps, 0, -1)] + sorted(map(float, lrs))
-            + [high * cfg["lr_step"] ** k for k in range(1, steps + 1)])
+def _ladder(lrs: list[float], cfg: dict[str, Any]) -> list[float]:
+    """The rates a sweep can try from `lrs`: them, and up to `max_extensions` rates beyond
+    either end, each float computed as `sweep` and `_bracket_ranks` compute it (`_below`,
+    `_above`), so that a read rate names the very run the sweep trained."""
+    below, above = [min(lrs)], [max(lrs)]
+    for _ in range(cfg["max_extensions"]):
+        below.append(_below(below[-1], cfg))
+        above.append(_above(above[-1], cfg))
+    return below[:0:-1] + sorted(map(float, lrs)) + above[1:]
+
+
+def _below(lr: float, cfg: dict[str, Any]) -> float:
+    """The rate a sweep adds below its smallest, `lr`."""
+    return lr / cfg["lr_step"]
+
+
+def _above(lr: float, cfg: dict[str, Any]) -> float:
+    """The rate a sweep adds above its largest, `lr`."""
+    return lr * cfg["lr_step"]
+
+
+def _around(lr: float, cfg: dict[str, Any]) -> list[float]:
+    """The rates a rank of the rank study starts from: the base rank's choice `lr` and one
+    `lr_step` either side."""
+    return [lr * f for f in (1 / cfg["lr_step"], 1.0, cfg["lr_step"])]
 
 
 def _snap(printed: float, ladder: list[float], path: Path, method: str) -> float:
@@ -369,9 +386,9 @@ def sweep(cfg: dict[str, Any], progress: bool = True) -> list[dict]:
             lrs = sorted(r["lr"] for r in results if r["method"] == method)
             best = _best(results, method)["lr"]
             if best == lrs[0] and len(lrs) > 1:
-                extra.append(Run(method, lrs[0] / cfg["lr_step"], seed, rank, "sweep"))
+                extra.append(Run(method, _below(lrs[0], cfg), seed, rank, "sweep"))
             elif best == lrs[-1] and len(lrs) > 1:
-                extra.append(Run(method, lrs[-1] * cfg["lr_step"], seed, rank, "sweep"))
+                extra.append(Run(method, _above(lrs[-1], cfg), seed, rank, "sweep"))
         if not extra:
             break
         results += _jobs(cfg, extra, progress, f"{EXPERIMENT} sweep extension")
@@ -387,9 +404,8 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     chosen = {m: _best(results, m)["lr"] for m in cfg["methods"]}
     later = [Run(m, chosen[m], s, cfg["rank"], "seeds") for m in cfg["methods"]
              for s in cfg["seeds"] if s != cfg["sweep_seed"]]
-    step = cfg["lr_step"]  # each rank its own rates around the base rank's choice
-    later += [Run(m, chosen[m] * f, cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
-              for r in cfg["ranks"] if r != cfg["rank"] for f in (1 / step, 1.0, step)]
+    later += [Run(m, lr, cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
+              for r in cfg["ranks"] if r != cfg["rank"] for lr in _around(chosen[m], cfg)]
     results += _jobs(cfg, later, progress, f"{EXPERIMENT} seeds and ranks")
     results += _bracket_ranks(cfg, results, progress)
     at_rank = {(r["method"], r["rank"]): _best(results, r["method"], "ranks", r["rank"])["lr"]
@@ -438,11 +454,9 @@ def _bracket_ranks(cfg: dict[str, Any], results: list[dict], progress: bool) -> 
                          and r["method"] == method and r["rank"] == rank)
             best = _best(results + added, method, "ranks", rank)["lr"]
             if best == lrs[0]:
-                extra.append(Run(method, lrs[0] / cfg["lr_step"], cfg["sweep_seed"], rank,
-                                 "ranks"))
+                extra.append(Run(method, _below(lrs[0], cfg), cfg["sweep_seed"], rank, "ranks"))
             elif best == lrs[-1]:
-                extra.append(Run(method, lrs[-1] * cfg["lr_step"], cfg["sweep_seed"], rank,
-                                 "ranks"))
+                extra.append(Run(method, _above(lrs[-1], cfg), cfg["sweep_seed"], rank, "ranks"))
         if not extra:
             break
         added += _jobs(cfg, extra, progress, f"{EXPERIMENT} rank extension")
