@@ -61,6 +61,22 @@ def assert_figure():
 
 
 @pytest.fixture(scope="session")
+def run_smoke_notebook(tmp_path_factory: pytest.TempPathFactory):
+    """run_smoke_notebook(name, **parameters): execute the packaged notebook NAME at the smoke
+    scale with `parameters` (papermill), its figures, tables and executed copy written to a
+    fresh directory, which it returns."""
+    from logra import notebooks
+
+    def run(name: str, **parameters) -> Path:
+        out = tmp_path_factory.mktemp(name)
+        notebooks.execute(name, {"scale": "smoke", "figures_dir": str(out), **parameters},
+                          executed_dir=out)
+        return out
+
+    return run
+
+
+@pytest.fixture(scope="session")
 def smoke_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The results directory the smoke notebooks share in one session (the smoke proxy and the
     generated tasks are built there once), never the repository's results/."""

@@ -15,13 +15,10 @@ from logra.experiments.report import VERDICTS
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
+def executed(run_smoke_notebook):
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("needs torch.distributed with gloo")
-    out = tmp_path_factory.mktemp("communication")
-    notebooks.execute("08_communication", {"scale": "smoke", "figures_dir": str(out)},
-                      executed_dir=out)
-    return out
+    return run_smoke_notebook("08_communication")
 
 
 # ---------------------------------------------------------------- the notebook

@@ -22,11 +22,8 @@ from logra.rl import config as grpo
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
-    out = tmp_path_factory.mktemp("comparison")
-    notebooks.execute(cmp.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                     "results_dir": str(smoke_results)}, executed_dir=out)
-    return out, smoke_results
+def executed(run_smoke_notebook, smoke_results):
+    return run_smoke_notebook(cmp.NOTEBOOK, results_dir=str(smoke_results)), smoke_results
 
 
 # ---------------------------------------------------------------- the notebook

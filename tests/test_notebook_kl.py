@@ -12,7 +12,6 @@ import pytest
 import torch
 from torch import nn
 
-from logra import notebooks
 from logra.experiments import comparison, grpo_runs, jobs, kl_control
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.grpo_runs import Run
@@ -24,11 +23,8 @@ from logra.rl import runner
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
-    out = tmp_path_factory.mktemp("kl_trajectories")
-    notebooks.execute(kt.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                    "results_dir": str(smoke_results)}, executed_dir=out)
-    return out, smoke_results
+def executed(run_smoke_notebook, smoke_results):
+    return run_smoke_notebook(kt.NOTEBOOK, results_dir=str(smoke_results)), smoke_results
 
 
 # ---------------------------------------------------------------- the notebook

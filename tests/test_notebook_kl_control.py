@@ -166,11 +166,8 @@ def test_c6_stress_rule() -> None:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
-    out = tmp_path_factory.mktemp("kl_control")
-    notebooks.execute(kc.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                    "results_dir": str(smoke_results)}, executed_dir=out)
-    return out
+def executed(run_smoke_notebook, smoke_results):
+    return run_smoke_notebook(kc.NOTEBOOK, results_dir=str(smoke_results))
 
 
 def test_notebook_writes_its_figures_tables_and_claims(executed, assert_figure) -> None:

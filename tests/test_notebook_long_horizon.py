@@ -7,7 +7,6 @@ import pytest
 import torch
 from torch import nn
 
-from logra import notebooks
 from logra.config import ConfigError
 from logra.experiments import long_horizon as lh
 from logra.experiments.report import VERDICTS
@@ -15,11 +14,8 @@ from logra.optim import LoGRA
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
-    out = tmp_path_factory.mktemp("long_horizon")
-    notebooks.execute("05_long_horizon", {"scale": "smoke", "figures_dir": str(out),
-                                          "results_dir": str(smoke_results)}, executed_dir=out)
-    return out
+def executed(run_smoke_notebook, smoke_results):
+    return run_smoke_notebook("05_long_horizon", results_dir=str(smoke_results))
 
 
 # ---------------------------------------------------------------- the notebook

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from logra import notebooks
 from logra.config import ConfigError
 from logra.experiments import memory
 from logra.experiments.report import VERDICTS
@@ -13,10 +12,8 @@ from logra.memory import oom_step
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
-    out = tmp_path_factory.mktemp("memory")
-    notebooks.execute("02_memory", {"scale": "smoke", "figures_dir": str(out)}, executed_dir=out)
-    return out
+def executed(run_smoke_notebook):
+    return run_smoke_notebook("02_memory")
 
 
 def test_notebook_writes_every_figure_and_table(executed, assert_figure) -> None:

@@ -8,18 +8,14 @@ import pandas as pd
 import pytest
 import torch
 
-from logra import notebooks
 from logra.config import ConfigError
 from logra.experiments import rare_tokens as rt
 from logra.experiments.report import VERDICTS
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
-    out = tmp_path_factory.mktemp("rare_tokens")
-    notebooks.execute("06_rare_tokens", {"scale": "smoke", "figures_dir": str(out)},
-                      executed_dir=out)
-    return out
+def executed(run_smoke_notebook):
+    return run_smoke_notebook("06_rare_tokens")
 
 
 # ---------------------------------------------------------------- the notebook

@@ -56,11 +56,8 @@ def test_a_run_passes_only_with_both_gains_large_and_significant() -> None:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory, smoke_results):
-    out = tmp_path_factory.mktemp("rl_regime")
-    notebooks.execute(rr.NOTEBOOK, {"scale": "smoke", "figures_dir": str(out),
-                                    "results_dir": str(smoke_results)}, executed_dir=out)
-    return out
+def executed(run_smoke_notebook, smoke_results):
+    return run_smoke_notebook(rr.NOTEBOOK, results_dir=str(smoke_results))
 
 
 def test_notebook_writes_the_table_the_curves_and_the_probe(executed, assert_figure) -> None:

@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 import torch
 
-from logra import notebooks
 from logra.config import ConfigError
 from logra.experiments import sketch_error as se
 from logra.experiments import sketch_error_inputs as inputs
@@ -19,11 +18,8 @@ from logra.optim import sketch_shapes
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
-    out = tmp_path_factory.mktemp("sketch_error")
-    notebooks.execute("01_sketch_error", {"scale": "smoke", "figures_dir": str(out)},
-                      executed_dir=out)
-    return out
+def executed(run_smoke_notebook):
+    return run_smoke_notebook("01_sketch_error")
 
 
 # ---------------------------------------------------------------- the notebook
