@@ -171,9 +171,9 @@ def _run(args: argparse.Namespace) -> int:
         config = resolve(args.experiment, options.scale, overrides, **given)
     except ConfigError as err:
         return usage_error(args.parser, str(err))
-    results = results_root(config["results_dir"])  # not the current directory's results/
-    config = {**config, "results_dir": str(results),
-              "data_dir": config["data_dir"] or str(results / "data")}
+    results = results_root(config.results_dir)  # not the current directory's results/
+    config = config.replace(results_dir=str(results),
+                            data_dir=config.data_dir or str(results / "data"))
     from logra.rl import run_grpo  # transformers, datasets: after the config is known good
 
     records = run_grpo(config, progress=not options.quiet)

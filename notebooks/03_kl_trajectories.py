@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -65,8 +65,8 @@ overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results
 cfg = kt.config(scale, **overrides)
 example = kt.grpo_config(cfg, "logra", cfg["seeds"][0])
 print(f"scale {scale!r}: {len(cfg['methods'])} methods × {len(cfg['seeds'])} seeds × "
-      f"{cfg['steps']} steps on {example['model']} ({example['prompts_per_step']} prompts × "
-      f"{example['group_size']} samples per step, lr {example['lr']:g}), "
+      f"{cfg['steps']} steps on {example.model} ({example.prompts_per_step} prompts × "
+      f"{example.group_size} samples per step, lr {example.lr:g}), "
       f"{worker_count(cfg['workers'])} worker(s)")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()

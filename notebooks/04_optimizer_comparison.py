@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -66,8 +66,8 @@ example = comparison.grpo_config(cfg, Run(model=cfg["models"][0], method="logra"
 lrs = (f"the lrs chosen in {cfg['chosen_lrs']}" if comparison.reads_chosen(cfg)
        else f"lr grids {cfg['lr_grid']} at seed {cfg['sweep_seed']}")
 print(f"scale {scale!r}: {len(cfg['methods'])} methods on {cfg['models']}, {cfg['steps']} GRPO "
-      f"steps on {example['task']} ({example['prompts_per_step']} prompts × "
-      f"{example['group_size']} completions); {lrs}; then seeds {cfg['seeds']} at the chosen lrs")
+      f"steps on {example.task} ({example.prompts_per_step} prompts × "
+      f"{example.group_size} completions); {lrs}; then seeds {cfg['seeds']} at the chosen lrs")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 runs, problems = comparison.run(cfg)

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -58,8 +58,8 @@ figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 cfg = kc.config(scale, seeds=seeds, steps=steps, results_dir=results_dir)
 runs = kc.plan(cfg)
 example = kc.grpo_config(cfg, runs[0])
-print(f"scale {scale!r}: {len(runs)} runs of {cfg['steps']} steps on {example['model']} "
-      f"({example['prompts_per_step']} prompts × {example['group_size']} samples per step), "
+print(f"scale {scale!r}: {len(runs)} runs of {cfg['steps']} steps on {example.model} "
+      f"({example.prompts_per_step} prompts × {example.group_size} samples per step), "
       f"greedy pass@1 on {cfg['eval_prompts']:,} held-out problems, "
       f"{worker_count(cfg['workers'])} worker(s)")
 print("one of the runs:", grpo_runs.command(example))

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -48,9 +48,9 @@ overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results
 cfg = rr.config(scale, **overrides)
 example = rr.grpo_config(cfg, cfg["tasks"][0], cfg["seeds"][0])
 print(f"scale {scale!r}: {len(cfg['tasks'])} task(s) × {len(cfg['seeds'])} seeds × "
-      f"{cfg['steps']} steps of {cfg['method']} GRPO on {example['model']} "
-      f"({example['prompts_per_step']} prompts × {example['group_size']} samples per step, "
-      f"lr {example['lr']:g}), {worker_count(cfg['workers'])} worker(s)")
+      f"{cfg['steps']} steps of {cfg['method']} GRPO on {example.model} "
+      f"({example.prompts_per_step} prompts × {example.group_size} samples per step, "
+      f"lr {example.lr:g}), {worker_count(cfg['workers'])} worker(s)")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 frame = rr.run(cfg)

@@ -45,6 +45,7 @@ from logra.data.tasks import SYNTH_SIZES
 from logra.experiments import report
 from logra.models import greedy_completions, prepare
 from logra.rl import resolve, run_dir, run_grpo
+from logra.rl.config import GRPOConfig
 from logra.rl.runner import CHECKPOINT_FILE, Trainer
 
 STEPS = 200
@@ -64,7 +65,7 @@ SEEDS = (0, 1, 2)
 SEED_STUDY = {"lr1e-4": 1e-4, "lr5e-5": 5e-5}  # label -> dense AdamW's learning rate
 
 
-def configs(model: str) -> dict[str, dict[str, object]]:
+def configs(model: str) -> dict[str, GRPOConfig]:
     """Run name ("proxy1m-adamw-s0", ...) -> its resolved config, for every method."""
     prefix = model.replace("-", "")
     return {f"{prefix}-{suffix}": resolve("experiments/grpo.yaml", "default", model=model,
@@ -72,7 +73,7 @@ def configs(model: str) -> dict[str, dict[str, object]]:
             for suffix, overrides in METHODS.items()}
 
 
-def seed_configs(model: str) -> dict[str, dict[str, dict[str, object]]]:
+def seed_configs(model: str) -> dict[str, dict[str, GRPOConfig]]:
     """Label ("lr1e-4", ...) -> run name ("proxy1m-adamw-lr1e-4-s0-heldout5000") -> config."""
     prefix = model.replace("-", "")
     study = {}
@@ -85,12 +86,12 @@ def seed_configs(model: str) -> dict[str, dict[str, dict[str, object]]]:
     return study
 
 
-def run_all(runs: dict[str, dict[str, object]]) -> dict[str, pd.DataFrame]:
+def run_all(runs: dict[str, GRPOConfig]) -> dict[str, pd.DataFrame]:
     """Each run's per-step records (computed, resumed or read from the cache)."""
     return {name: run_grpo(config, progress=True) for name, config in runs.items()}
 
 
-def correct_answers(config: dict[str, object], trained: bool) -> list[bool]:
+def correct_answers(config: GRPOConfig, trained: bool) -> list[bool]:
     """Per held-out problem: does the run's final policy (or, untrained, the warm-up policy)
     answer it correctly, greedily? The policy is rebuilt exactly as the run built it."""
     trainer = Trainer(config, progress=False)
@@ -98,7 +99,7 @@ def correct_answers(config: dict[str, object], trained: bool) -> list[bool]:
         trainer.load(run_dir(config) / CHECKPOINT_FILE)
     prompts = trainer.test_prompts
     completions = greedy_completions(trainer.policy, trainer.tokenizer, list(prompts["prompt"]),
-                                     config["max_new_tokens"], config["eval_batch_size"])
+                                     config.max_new_tokens, config.eval_batch_size)
     return [reward(text, gold) == 1 for text, gold in zip(completions, prompts["gold"],
                                                           strict=True)]
 
@@ -120,7 +121,7 @@ def flips(before: list[bool], after: list[bool]) -> dict[str, float]:
                 p_value=sign_test(gained, lost))
 
 
-def paired(runs: dict[str, dict[str, object]]) -> pd.DataFrame:
+def paired(runs: dict[str, GRPOConfig]) -> pd.DataFrame:
     """Each run's final policy against the warm-up policy, problem by problem: on all the
     held-out problems, and (when there are more) on those past the test split alone."""
     before = correct_answers(next(iter(runs.values())), trained=False)

@@ -78,7 +78,7 @@ def main() -> None:
     configs = {key: kc.grpo_config(cfg, run)
                for key, run in plan(cfg, args.lr, args.seeds).items()}
     first = next(iter(configs.values()))
-    prepare_inputs(cfg, [first["model"]], [first["task"]])
+    prepare_inputs(cfg, [first.model], [first.task])
     results = run_jobs([(grpo_job, (c,)) for c in configs.values()], cfg["workers"],
                        "grpo rules")
     table = summary(dict(zip(configs, results, strict=True)))

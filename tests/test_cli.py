@@ -17,6 +17,7 @@ import yaml
 import logra
 from logra import cli, notebooks, paths
 from logra.models.determinism import PIN_THREADS, pinned_environment
+from logra.rl.config import GRPOConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -180,7 +181,7 @@ def test_reproduce_shows_papermill_progress_and_times_each_notebook(monkeypatch,
 
 
 def test_run_takes_any_config_file_and_writes_where_told(monkeypatch, tmp_path) -> None:
-    runs: list[dict] = []
+    runs: list[GRPOConfig] = []
 
     def run_grpo(config, progress):
         runs.append(config)
@@ -194,11 +195,11 @@ def test_run_takes_any_config_file_and_writes_where_told(monkeypatch, tmp_path) 
     out = tmp_path / "out"
     assert cli.main(["run", str(copy), "--scale", "smoke", "--results-dir", str(out),
                      "lr=3e-4", "--quiet"]) == 0
-    assert runs[-1]["results_dir"] == str(out) and runs[-1]["data_dir"] == str(out / "data")
-    assert runs[-1]["lr"] == 3e-4 and runs[-1]["model"] == "smoke"
+    assert runs[-1].results_dir == str(out) and runs[-1].data_dir == str(out / "data")
+    assert runs[-1].lr == 3e-4 and runs[-1].model == "smoke"
     # no --results-dir: the config's results/, under the checkout, not the current directory
     assert cli.main(["run", "grpo", "--scale", "smoke", "--quiet"]) == 0
-    assert runs[-1]["results_dir"] == str(paths.checkout_root() / "results")
+    assert runs[-1].results_dir == str(paths.checkout_root() / "results")
 
 
 def _git(*args: str, cwd: Path) -> str:
@@ -281,7 +282,7 @@ def test_under_its_pin_the_command_reproduces_in_process(monkeypatch, executed, 
 
 def test_run_of_a_partial_config_writes_where_told(monkeypatch, tmp_path) -> None:
     """A config of two keys with --results-dir runs on top of the packaged grpo.yaml."""
-    runs: list[dict] = []
+    runs: list[GRPOConfig] = []
     monkeypatch.setattr("logra.rl.run_grpo", lambda config, progress: runs.append(config)
                         or pd.DataFrame({"step": [0, 1], "eval_accuracy": [0.25, 0.5]}))
     mine = tmp_path / "mine.yaml"
@@ -289,8 +290,8 @@ def test_run_of_a_partial_config_writes_where_told(monkeypatch, tmp_path) -> Non
     out = tmp_path / "out"
     assert cli.main(["run", str(mine), "--scale", "smoke", "--results-dir", str(out),
                      "--quiet"]) == 0
-    assert runs[-1]["results_dir"] == str(out) and runs[-1]["lr"] == 1e-4
-    assert runs[-1]["model"] == "smoke" and runs[-1]["optimizer"] == "adamw"
+    assert runs[-1].results_dir == str(out) and runs[-1].lr == 1e-4
+    assert runs[-1].model == "smoke" and runs[-1].optimizer == "adamw"
 
 
 def test_a_bad_run_config_fails_before_transformers_or_datasets_load(tmp_path) -> None:

@@ -362,7 +362,7 @@ def test_ddp_grpo_equals_one_process_with_the_same_global_batch(tmp_path: Path,
     single = runner.run_grpo(config, progress=False)
 
     def weights(results: str) -> dict[str, torch.Tensor]:
-        path = cfg.run_dir({**config, "results_dir": results}) / runner.CHECKPOINT_FILE
+        path = cfg.run_dir(config.replace(results_dir=results)) / runner.CHECKPOINT_FILE
         return torch.load(path, weights_only=False)["policy"]
 
     error = max_diff(weights(str(tmp_path / "two")), weights(str(tmp_path / "one")))

@@ -74,9 +74,9 @@ def test_seed_summary_compares_the_gain_of_the_mean_with_the_range(script) -> No
 def test_every_method_resolves_to_a_grpo_config_for_the_proxy(script) -> None:
     runs = script.configs("proxy-1m")
     assert list(runs) == [f"proxy1m-{suffix}" for suffix in script.METHODS]
-    assert {config["optimizer"] for config in runs.values()} == {"adamw", "lora", "logra", "naive"}
-    assert runs["proxy1m-logra-nokl"]["predicted_kl_threshold"] is None
-    assert all(config["steps"] == script.STEPS for config in runs.values())
+    assert {config.optimizer for config in runs.values()} == {"adamw", "lora", "logra", "naive"}
+    assert runs["proxy1m-logra-nokl"].predicted_kl_threshold is None
+    assert all(config.steps == script.STEPS for config in runs.values())
 
 
 def test_seed_study_differs_from_the_method_runs_only_in_lr_and_held_out_problems(script) -> None:
@@ -88,7 +88,7 @@ def test_seed_study_differs_from_the_method_runs_only_in_lr_and_held_out_problem
     for label, runs in study.items():
         assert len(runs) == len(script.SEEDS)
         config = runs[f"proxy1m-adamw-{label}-s1-heldout{script.HELD_OUT}"]
-        differ = {k for k in config if config[k] != method[k]}
+        differ = {k for k, v in config.to_dict().items() if v != getattr(method, k)}
         assert differ <= {"lr", "eval_prompts", "run_name"}
-        assert config["lr"] == script.SEED_STUDY[label]
-        assert config["eval_prompts"] == script.HELD_OUT > script.TEST_PROBLEMS
+        assert config.lr == script.SEED_STUDY[label]
+        assert config.eval_prompts == script.HELD_OUT > script.TEST_PROBLEMS

@@ -54,7 +54,7 @@ def smoke_dirs(tmp_path_factory):
     return str(model), str(data)
 
 
-def smoke_config(smoke_dirs, results: Path) -> dict:
+def smoke_config(smoke_dirs, results: Path) -> cfg.GRPOConfig:
     """The smoke LoGRA run "logra" in `results`."""
     model, data = smoke_dirs
     return cfg.resolve("experiments/grpo.yaml", "smoke", model=model, data_dir=data,
@@ -81,7 +81,7 @@ def even_length_reward(text: str, gold: str) -> float:
     return float(len(text) % 2 == 0)
 
 
-def stand_in_grpo_job(config: dict, crash_marker: str | None = None) -> pd.DataFrame:
+def stand_in_grpo_job(config: cfg.GRPOConfig, crash_marker: str | None = None) -> pd.DataFrame:
     """`grpo_job(config)` under the stand-in reward (the smoke policy earns 0 from the real
     one); with `crash_marker` not yet written, the worker process dies in step 3, after the
     step-2 checkpoint, writing the marker first."""
@@ -107,7 +107,7 @@ def environment(name: str) -> str | None:
     return os.environ.get(name)
 
 
-def raise_value_error(config: dict, attempts: str) -> None:
+def raise_value_error(config: cfg.GRPOConfig, attempts: str) -> None:
     """Count this attempt in the file `attempts`, then raise."""
     with open(attempts, "a") as file:
         file.write("attempt\n")

@@ -47,15 +47,15 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
     cfg = comparison.config("smoke", methods=["adamw", "logra-r4"],
                             lr_grid={"adamw": [1e-4], "logra-r4": [3e-4]})
     run = grpo_runs.grpo_config(cfg, grpo_runs.Run(method="logra-r4", seed=1))
-    assert (run["optimizer"], run["rank"], run["seed"]) == ("logra", 4, 1)
-    assert run["predicted_kl_threshold"] == cfg["predicted_kl_threshold"]  # the experiment's δ
+    assert (run.optimizer, run.rank, run.seed) == ("logra", 4, 1)
+    assert run.predicted_kl_threshold == cfg["predicted_kl_threshold"]  # the experiment's δ
 
     kl_cfg = kl_control.config("smoke", points=[["adamw", 1e-3], ["naive", 1e-3],
                                                 ["logra-r4", 1e-3, 1e-4]])
     point = [r for r in kl_control.plan(kl_cfg) if r.method == "logra-r4"]
     assert [(r.lr, r.delta) for r in point] == [(1e-3, 1e-4)]
     run = kl_control.grpo_config(kl_cfg, point[0])
-    assert (run["rank"], run["predicted_kl_threshold"]) == (4, 1e-4)
+    assert (run.rank, run.predicted_kl_threshold) == (4, 1e-4)
 
     assert palette(["adamw", "logra-r4"]) == {"dense AdamW": "black", "LoGRA rank 4": "#123456"}
     runs = pd.DataFrame([

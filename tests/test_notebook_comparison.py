@@ -137,13 +137,13 @@ def test_scales_and_bad_configs() -> None:
     assert default["models"] == ["proxy-1m"] and cmp.reads_chosen(default)
     assert default["methods"] == ["adamw", "lora", "logra"] and default["seeds"] == [0, 1, 2]
     run = cmp.grpo_config(default, Run(model="proxy-1m", method="lora", seed=0, lr=1e-3))
-    assert (run["group_size"], run["prompts_per_step"], run["eval_every"]) == (16, 8, 100)
-    assert (run["eval_prompts"], run["eval_samples"], run["eval_sampled_prompts"]) == (
+    assert (run.group_size, run.prompts_per_step, run.eval_every) == (16, 8, 100)
+    assert (run.eval_prompts, run.eval_samples, run.eval_sampled_prompts) == (
         5000, 4, 2000)
     assert all(len(cmp.config("full")["lr_grid"][m]) == 3 for m in default["methods"])
     gpu = cmp.config("7b")
     config = cmp.grpo_config(gpu, Run(model=gpu["models"][0], method="lora", seed=0))
-    assert config["model"] == "Qwen/Qwen2.5-7B-Instruct" and config["task"] == "gsm8k"
+    assert config.model == "Qwen/Qwen2.5-7B-Instruct" and config.task == "gsm8k"
     assert gpu["extra_eval_tasks"] == ["math"]
     with pytest.raises(ValueError, match="unknown methods"):
         cmp.config("smoke", methods=["adamw", "sgd"], lr_grid={"adamw": [1.0], "sgd": [1.0]})
@@ -267,7 +267,7 @@ def test_the_default_reads_the_committed_sweep() -> None:
         grid = default["lr_grid"][method]
         assert row["lr"] in grid and row["grid"] == len(grid), method
         run = Run(model="proxy-1m", method=method, seed=0)
-        assert cmp.grpo_config(default, run)["lr"] == row["lr"]
+        assert cmp.grpo_config(default, run).lr == row["lr"]
 
 
 def test_paired_tests_find_a_real_difference_and_not_a_null_one() -> None:

@@ -81,17 +81,17 @@ def test_methods_map_to_the_intended_optimizer_settings() -> None:
     }
     for method, (optimizer, threshold, reconstruction) in expected.items():
         config = kt.grpo_config(cfg, method, 2)
-        assert (config["optimizer"], config["predicted_kl_threshold"],
-                config["reconstruction"]) == (optimizer, threshold, reconstruction), method
-        assert config["seed"] == 2 and config["steps"] == config["eval_every"] == cfg["steps"]
-        assert config["model"] == "proxy-1m"
-        assert config["lr"] == cfg["method_lr"].get(method, cfg["lr"]), method
-    assert kt.grpo_config(cfg, "naive", 0)["lr"] == 3e-4  # at LoGRA's lr, not dense AdamW's
+        assert (config.optimizer, config.predicted_kl_threshold,
+                config.reconstruction) == (optimizer, threshold, reconstruction), method
+        assert config.seed == 2 and config.steps == config.eval_every == cfg["steps"]
+        assert config.model == "proxy-1m"
+        assert config.lr == cfg["method_lr"].get(method, cfg["lr"]), method
+    assert kt.grpo_config(cfg, "naive", 0).lr == 3e-4  # at LoGRA's lr, not dense AdamW's
     calibration = kt.calibration_config(cfg, 0)
-    assert calibration["kl_estimator"] == "calibrated"
-    assert calibration["predicted_kl_threshold"] == math.inf
+    assert calibration.kl_estimator == "calibrated"
+    assert calibration.predicted_kl_threshold == math.inf
     # the calibration's own smaller batch
-    assert (calibration["prompts_per_step"], calibration["group_size"], calibration["lr"]) == (
+    assert (calibration.prompts_per_step, calibration.group_size, calibration.lr) == (
         2, 4, 1e-4)
 
 
@@ -125,9 +125,9 @@ def test_gpu_scales_take_grpo_settings_from_grpo_yaml() -> None:
     config = kt.grpo_config(kt.config("1.5b"), "logra", 0)
     reference = grpo.resolve(scale="1.5b")
     for key in ("model", "lr", "prompts_per_step", "max_new_tokens", "dtype", "task"):
-        assert config[key] == reference[key], key
-    assert config["steps"] == 1100
-    gemma = kt.grpo_config(kt.config("27b"), "logra", 0)["model"]
+        assert getattr(config, key) == getattr(reference, key), key
+    assert config.steps == 1100
+    gemma = kt.grpo_config(kt.config("27b"), "logra", 0).model
     assert gemma == "google/gemma-3-27b-it"
     assert grpo_runs.is_real_scale(kt.config("7b"))
     assert not grpo_runs.is_real_scale(kt.config("default"))

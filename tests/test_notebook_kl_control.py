@@ -37,16 +37,16 @@ def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
     cfg = kc.config("full")
     runs = {(r.study, r.method, r.lr, r.delta, r.setting, r.seed): r for r in kc.plan(cfg)}
     controlled = kc.grpo_config(cfg, runs[("frontier", "adamw-kl", 3e-4, 1e-3, "", 2)])
-    assert (controlled["optimizer"], controlled["predicted_kl_threshold"], controlled["seed"],
-            controlled["lr"]) == ("adamw-kl", 1e-3, 2, 3e-4)
-    assert controlled["kl_estimator"] == "calibrated"  # the default: δ in nats
-    assert controlled["eval_every"] == controlled["steps"] == cfg["steps"]
+    assert (controlled.optimizer, controlled.predicted_kl_threshold, controlled.seed,
+            controlled.lr) == ("adamw-kl", 1e-3, 2, 3e-4)
+    assert controlled.kl_estimator == "calibrated"  # the default: δ in nats
+    assert controlled.eval_every == controlled.steps == cfg["steps"]
     free = kc.grpo_config(cfg, runs[("frontier", "logra-nokl", 1e-3, None, "", 0)])
-    assert free["optimizer"] == "logra" and free["predicted_kl_threshold"] is None
+    assert free.optimizer == "logra" and free.predicted_kl_threshold is None
     budget = kc.grpo_config(cfg, runs[("budget", "logra-nokl", 3e-4, None,
                                        "drift budget B = 0.02", 1)])
-    assert budget["kl_drift_budget"] == 0.02 and budget["predicted_kl_threshold"] is None
-    assert budget["steps"] == cfg["budget_steps"] and budget["drift_probe_every"] == 20
+    assert budget.kl_drift_budget == 0.02 and budget.predicted_kl_threshold is None
+    assert budget.steps == cfg["budget_steps"] and budget.drift_probe_every == 20
     dirs = {grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)}
     assert len(dirs) == len(kc.plan(cfg))  # each run is its own cached directory
     # the points with notebook 04's method, lr and seed are notebook 04's runs

@@ -16,11 +16,11 @@ from logra.rl.probe import COLUMNS as PROBE_COLUMNS
 def test_runs_evaluate_many_problems_before_and_after() -> None:
     cfg = rr.config("default")
     run = rr.grpo_config(cfg, "math-synth", 2)
-    assert (run["optimizer"], run["task"], run["seed"]) == ("adamw", "math-synth", 2)
-    assert run["eval_every"] == run["steps"] == cfg["steps"]
-    assert (run["eval_prompts"], run["eval_samples"], run["eval_sampled_prompts"]) == (
+    assert (run.optimizer, run.task, run.seed) == ("adamw", "math-synth", 2)
+    assert run.eval_every == run.steps == cfg["steps"]
+    assert (run.eval_prompts, run.eval_samples, run.eval_sampled_prompts) == (
         5000, 4, 2000)
-    assert (run["prompts_per_step"], run["group_size"]) == (cfg["prompts_per_step"],
+    assert (run.prompts_per_step, run.group_size) == (cfg["prompts_per_step"],
                                                             cfg["group_size"])
     dirs = {grpo.run_dir(rr.grpo_config(cfg, t, s)) for t in cfg["tasks"] for s in cfg["seeds"]}
     assert len(dirs) == len(cfg["tasks"]) * len(cfg["seeds"])

@@ -109,7 +109,7 @@ def test_registry_defaults_agree_with_the_packaged_grpo_config() -> None:
     from logra.optimizers import DEFAULT_SETTINGS
     from logra.rl.config import resolve
 
-    packaged = resolve()
+    packaged = resolve().to_dict()
     shared = sorted(set(DEFAULT_SETTINGS) & set(packaged) - {"predicted_kl_threshold"})
     assert {"lora_rank", "lora_alpha", "lora_targets", "rank", "reconstruction"} <= set(shared)
     disagree = {k: (DEFAULT_SETTINGS[k], packaged[k]) for k in shared

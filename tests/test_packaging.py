@@ -195,7 +195,7 @@ print(json.dumps({
     "checkout": paths.checkout_root() is not None,
     "experiments": config.packaged_experiments(),
     "notebooks": sorted(p.stem for p in notebooks.NOTEBOOKS_DIR.glob("*.ipynb")),
-    "grpo smoke model": resolve("grpo", "smoke")["model"],
+    "grpo smoke model": resolve("grpo", "smoke").model,
     "results": str(paths.results_root()),
     "models": str(MODELS_DIR),
     "data": str(DATA_DIR),

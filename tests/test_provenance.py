@@ -90,9 +90,10 @@ def test_cached_runs_are_keyed_by_the_code(tmp_path, monkeypatch) -> None:
     quality = tq.config("smoke", results_dir=str(tmp_path))
     run = tq.Run("adamw", 1e-3, 0, 4, "sweep")
     before = tq.run_path(quality, run)
-    hash_before = cfg.config_hash({"lr": 1e-3, "optimizer": "logra"})
+    grpo_run = cfg.resolve("grpo", "smoke", optimizer="logra", lr=1e-3)
+    hash_before = cfg.config_hash(grpo_run)
     monkeypatch.setattr(tq, "fingerprint", lambda *parts: "another")
     monkeypatch.setattr(cfg, "fingerprint", lambda *parts: "another")
     assert tq.run_path(quality, run) != before
     assert tq.settings(quality, run)["code"] == "another"
-    assert cfg.config_hash({"lr": 1e-3, "optimizer": "logra"}) != hash_before
+    assert cfg.config_hash(grpo_run) != hash_before

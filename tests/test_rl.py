@@ -3,6 +3,7 @@ config resolution and errors. The runs themselves are in test_rl_runs.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 from torch.distributions import Categorical, kl_divergence
 from transformers import Qwen2ForCausalLM
 
-from logra.config import EXPERIMENTS_DIR, ConfigError
+from logra.config import EXPERIMENTS_DIR, ConfigError, read_spec
 from logra.models.tokenizer import char_tokenizer
 from logra.optim.kl import categorical_kl
 from logra.optimizers import (
@@ -200,16 +201,16 @@ def test_adamw_state_bytes_are_two_moments_and_lora_trains_only_adapters(char_po
 def test_smoke_and_default_configs_resolve() -> None:
     for scale in ("smoke", "default"):
         config = cfg.resolve("experiments/grpo.yaml", scale)
-        assert config["optimizer"] in OPTIMIZERS and config["steps"] >= 1
-    assert cfg.resolve("grpo", "smoke")["model"] == "smoke"
+        assert config.optimizer in OPTIMIZERS and config.steps >= 1
+    assert cfg.resolve("grpo", "smoke").model == "smoke"
 
 
 def test_overrides_are_parsed_as_yaml() -> None:
     config = cfg.resolve("grpo", "smoke", ["lr=1e-4", "predicted_kl_threshold=null",
                                            "lora_targets=[q_proj, v_proj]", "optimizer=logra"])
-    assert config["lr"] == 1e-4 and isinstance(config["lr"], float)
-    assert config["predicted_kl_threshold"] is None
-    assert config["lora_targets"] == ["q_proj", "v_proj"]
+    assert config.lr == 1e-4 and isinstance(config.lr, float)
+    assert config.predicted_kl_threshold is None
+    assert config.lora_targets == ["q_proj", "v_proj"]
 
 
 def test_real_scale_is_one_override_away_and_goes_through_load_policy(tmp_path, monkeypatch):
@@ -219,10 +220,10 @@ def test_real_scale_is_one_override_away_and_goes_through_load_policy(tmp_path, 
                          ["model=Qwen/Qwen2.5-1.5B-Instruct", "task=gsm8k",
                           f"results_dir={tmp_path}"])
     default = cfg.resolve("experiments/grpo.yaml", "default")
-    differ = {k for k in config if config[k] != default[k]}
+    differ = {k for k, v in config.to_dict().items() if v != getattr(default, k)}
     assert differ == {"model", "task", "results_dir"}
     gpu = cfg.resolve("experiments/grpo.yaml", "1.5b")
-    assert (gpu["model"], gpu["task"], gpu["dtype"]) == ("Qwen/Qwen2.5-1.5B-Instruct", "gsm8k",
+    assert (gpu.model, gpu.task, gpu.dtype) == ("Qwen/Qwen2.5-1.5B-Instruct", "gsm8k",
                                                          "bfloat16")
 
     class Stop(Exception):
@@ -238,15 +239,16 @@ def test_real_scale_is_one_override_away_and_goes_through_load_policy(tmp_path, 
 
 @pytest.mark.parametrize(("overrides", "scale", "match"), [
     (["learning_rate=1e-3"], "smoke", r"unknown key 'learning_rate'.*valid keys: \[.*'lr'"),
-    (["optimizer=sgd"], "smoke", r"optimizer must be one of \['adamw', 'adamw8bit', 'adafactor'"),
+    (["optimizer=sgd"], "smoke", r"optimizer: input should be 'adamw', 'adamw8bit', 'adafactor'"),
     ([], "huge", r"unknown scale 'huge'.*\['1.5b', 'default', 'smoke'\]"),
-    (["steps=-5"], "smoke", r"steps must be an integer >= 1, got -5"),
+    (["steps=-5"], "smoke", r"steps: input should be greater than or equal to 1, got -5"),
     (["model=proxy-2m"], "smoke", r"model 'proxy-2m' is not a scale \(\['smoke', 'proxy-1m'"),
-    (["task=gsm9k"], "smoke", r"task must be one of \['gsm-synth', 'math-synth', 'gsm8k'"),
+    (["task=gsm9k"], "smoke", r"task: input should be 'gsm-synth', 'math-synth', 'gsm8k'"),
     (["kl_estimator=exact"], "smoke",
-     r"kl_estimator must be one of \['calibrated', 'diag', 'jvp'\]"),
-    (["group_size=1"], "smoke", r"group_size must be >= 2"),
-    (["predicted_kl_threshold=-1"], "smoke", r"predicted_kl_threshold must be a number > 0"),
+     r"kl_estimator: input should be 'calibrated', 'diag' or 'jvp'"),
+    (["group_size=1"], "smoke", r"group_size: input should be greater than or equal to 2"),
+    (["predicted_kl_threshold=-1"], "smoke",
+     r"predicted_kl_threshold: input should be greater than 0"),
     (["lr=fast"], "smoke", r"lr must be float"),
     (["lr"], "smoke", r"'lr' is not of the form key=value"),
 ])
@@ -263,14 +265,53 @@ def test_a_bad_config_fails_before_any_compute(monkeypatch) -> None:
     config = cfg.resolve("grpo", "smoke")
     for key, value in (("optimizer", "sgd"), ("steps", -1), ("device", "tpu")):
         with pytest.raises(ConfigError, match=key):
-            runner.run_grpo({**config, key: value}, progress=False)
+            runner.run_grpo({**config.to_dict(), key: value}, progress=False)
+
+
+def test_a_config_is_typed_frozen_and_validated_once(monkeypatch, tmp_path) -> None:
+    """The class lists every key of grpo.yaml and nothing else; a value is checked strictly
+    (no bool for an integer, no string for a number); a config cannot change in place, and
+    `replace` checks its copy; `run_grpo` validates a mapping, and a config not again."""
+    config = cfg.resolve("grpo", "smoke", results_dir=str(tmp_path))
+    defaults, _ = read_spec("grpo")
+    assert set(cfg.KEYS) == {*defaults, "scale"}
+    values = config.to_dict()
+    for key, bad in (("steps", True), ("lr", "1e-4"), ("eval_samples", 2.0),
+                     ("lora_targets", "q_proj"), ("task", None)):
+        with pytest.raises(ConfigError, match=f"^{key}: "):
+            cfg.GRPOConfig.from_mapping({**values, key: bad})
+    with pytest.raises(ConfigError, match=r"^missing key 'lr'"):
+        cfg.GRPOConfig.from_mapping({k: v for k, v in values.items() if k != "lr"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.lr = 0.5
+    with pytest.raises(ConfigError, match=r"kl_target .* needs a starting beta > 0"):
+        config.replace(kl_target=0.1, beta=0.0)
+    assert config.replace(lr=3e-4).lr == 3e-4 and config.lr == 1e-4
+
+    built = []
+    from_mapping = cfg.GRPOConfig.from_mapping
+    monkeypatch.setattr(cfg.GRPOConfig, "from_mapping",
+                        classmethod(lambda klass, v: built.append(1) or from_mapping(v)))
+
+    class Stop(Exception):
+        pass
+
+    def trainer(config, progress):
+        raise Stop(type(config).__name__)
+
+    monkeypatch.setattr(runner, "Trainer", trainer)
+    for given, validations in ((config, 0), (values, 1)):
+        with pytest.raises(Stop, match="GRPOConfig"):
+            runner.run_grpo(given, progress=False)
+        assert len(built) == validations
+        built.clear()
 
 
 def test_any_grpo_config_file_is_accepted_and_other_files_are_refused(tmp_path) -> None:
     copy = tmp_path / "my_grpo.yaml"
     copy.write_text((EXPERIMENTS_DIR / "grpo.yaml").read_text().replace(
         "lr: 1.0e-4 ", "lr: 3.0e-4 "))
-    assert cfg.resolve(copy, "smoke") == {**cfg.resolve("grpo", "smoke"), "lr": 3e-4}
+    assert cfg.resolve(copy, "smoke") == cfg.resolve("grpo", "smoke").replace(lr=3e-4)
     with pytest.raises(ConfigError, match="unknown experiment"):
         cfg.resolve(tmp_path / "absent.yaml", "smoke")
     with pytest.raises(ConfigError, match="not a GRPO config"):
@@ -292,9 +333,9 @@ def test_a_config_file_in_yaml_1_1_numbers_means_what_it_says(tmp_path) -> None:
 
 def test_run_directory_ignores_steps_but_not_results() -> None:
     config = cfg.resolve("grpo", "smoke")
-    assert cfg.run_dir(config) == cfg.run_dir({**config, "steps": 99, "checkpoint_every": 7})
-    assert cfg.run_dir(config) != cfg.run_dir({**config, "lr": 0.5})
-    assert cfg.run_dir({**config, "run_name": "mine"}).name == "mine"
+    assert cfg.run_dir(config) == cfg.run_dir(config.replace(steps=99, checkpoint_every=7))
+    assert cfg.run_dir(config) != cfg.run_dir(config.replace(lr=0.5))
+    assert cfg.run_dir(config.replace(run_name="mine")).name == "mine"
 
 
 def test_adaptive_kl_controller_follows_ziegler_et_al() -> None:
@@ -311,14 +352,13 @@ def test_adaptive_kl_controller_follows_ziegler_et_al() -> None:
 def test_the_drift_window_changes_only_runs_with_a_drift_budget() -> None:
     """A key that does nothing without a budget keeps the runs made before it existed valid."""
     plain = cfg.resolve("experiments/grpo.yaml", "smoke")
-    older = {k: v for k, v in plain.items() if k != "kl_drift_window"}  # saved before the key
-    assert cfg.config_hash(plain) == cfg.config_hash({**plain, "kl_drift_window": 1})
-    assert cfg.config_hash(plain) == cfg.config_hash(older)
+    older = {k: v for k, v in plain.to_dict().items() if k != "kl_drift_window"}  # an old run's
+    assert cfg.config_hash(plain) == cfg.config_hash(plain.replace(kl_drift_window=1))
     assert cfg.result_keys_differ(older, plain) == []
     budget = cfg.resolve("experiments/grpo.yaml", "smoke", optimizer="logra",
                          kl_drift_budget=0.01)
-    assert cfg.config_hash(budget) != cfg.config_hash({**budget, "kl_drift_window": 1})
-    assert cfg.result_keys_differ({**budget, "kl_drift_window": 1}, budget) == [
+    assert cfg.config_hash(budget) != cfg.config_hash(budget.replace(kl_drift_window=1))
+    assert cfg.result_keys_differ({**budget.to_dict(), "kl_drift_window": 1}, budget) == [
         "kl_drift_window"]
 
 
@@ -329,17 +369,16 @@ def test_a_config_file_may_hold_only_the_keys_it_changes(tmp_path) -> None:
     partial.write_text("defaults:\n  lr: 3e-4\n  optimizer: adamw\nscales:\n  smoke:\n"
                        "    steps: 3\n")
     smoke = cfg.resolve("grpo", "smoke")
-    assert cfg.resolve(partial, "smoke") == {**smoke, "lr": 3e-4, "optimizer": "adamw",
-                                            "steps": 3}
-    assert cfg.resolve(partial, "default") == {**cfg.resolve("grpo"), "lr": 3e-4,
-                                              "optimizer": "adamw"}
-    assert cfg.resolve(partial, "smoke", ["lr=1e-3"])["lr"] == 1e-3  # overrides on top
+    assert cfg.resolve(partial, "smoke") == smoke.replace(lr=3e-4, optimizer="adamw", steps=3)
+    assert cfg.resolve(partial, "default") == cfg.resolve("grpo").replace(lr=3e-4,
+                                                                         optimizer="adamw")
+    assert cfg.resolve(partial, "smoke", ["lr=1e-3"]).lr == 1e-3  # overrides on top
     with pytest.raises(ConfigError, match=r"unknown scale 'huge' for .*mine\.yaml"):
         cfg.resolve(partial, "huge")
     with pytest.raises(ConfigError, match="unknown key 'base' in the overrides"):
         cfg.resolve(partial, "smoke", ["base=1"])
     partial.write_text("defaults:\n  lr: 3e-4\n")  # no scales: every scale of grpo.yaml
-    assert cfg.resolve(partial, "1.5b") == {**cfg.resolve("grpo", "1.5b"), "lr": 3e-4}
+    assert cfg.resolve(partial, "1.5b") == cfg.resolve("grpo", "1.5b").replace(lr=3e-4)
     copy = tmp_path / "copy.yaml"  # a copy without the 1.5b scale does not run it
     spec = yaml.safe_load((EXPERIMENTS_DIR / "grpo.yaml").read_text())
     del spec["scales"]["1.5b"]

@@ -56,10 +56,10 @@ def assert_same_records(a: pd.DataFrame, b: pd.DataFrame) -> None:
                                   check_exact=False, rtol=0, atol=1e-6)
 
 
-def interrupted_and_resumed(config: dict, monkeypatch, crash_step: int) -> pd.DataFrame:
+def interrupted_and_resumed(config: cfg.GRPOConfig, monkeypatch, crash_step: int) -> pd.DataFrame:
     """The records of `config` run as "<run_name>-interrupted", stopped in step `crash_step`
     (after the last checkpoint before it), then rerun to the end."""
-    interrupted = {**config, "run_name": f"{config['run_name']}-interrupted"}
+    interrupted = config.replace(run_name=f"{config.run_name}-interrupted")
     step = runner.Trainer.step
 
     def crash(self, t):
@@ -100,7 +100,7 @@ def test_every_optimizer_completes_a_smoke_run_and_resumes_exactly(
     directory = cfg.run_dir(config)
     assert_same_records(pd.read_csv(directory / "records.csv"), records)
     manifest = json.loads((directory / "manifest.json").read_text())
-    assert manifest["config"] == config and manifest["seed"] == config["seed"]
+    assert manifest["config"] == config.to_dict() and manifest["seed"] == config.seed
     assert manifest["status"] == "finished" and manifest["completed_steps"] == 4
     assert {"torch", "transformers", "logra"} <= set(manifest["versions"])
     assert "commit" in manifest["git"]
@@ -108,7 +108,7 @@ def test_every_optimizer_completes_a_smoke_run_and_resumes_exactly(
 
     # interrupted in step 3 (checkpoint at step 2), then rerun: the same records
     assert_same_records(interrupted_and_resumed(config, monkeypatch, crash_step=3), records)
-    interrupted = {**config, "run_name": f"{config['run_name']}-interrupted"}
+    interrupted = config.replace(run_name=f"{config.run_name}-interrupted")
     manifest = json.loads((cfg.run_dir(interrupted) / "manifest.json").read_text())
     assert manifest["resumed_from"] == [0, 2]
 
@@ -117,7 +117,7 @@ def test_raising_steps_extends_a_finished_run(smoke_dirs, tmp_path) -> None:
     full = runner.run_grpo(smoke_config(smoke_dirs, tmp_path, run_name="full"), progress=False)
     short = smoke_config(smoke_dirs, tmp_path, run_name="extended", steps=2)
     assert len(runner.run_grpo(short, progress=False)) == 3
-    extended = runner.run_grpo({**short, "steps": 4}, progress=False)
+    extended = runner.run_grpo(short.replace(steps=4), progress=False)
     assert_same_records(extended, full)
     assert runner.evaluations(extended)["step"].tolist() == [0, 2, 4]
 
@@ -126,12 +126,12 @@ def test_a_run_directory_refuses_a_different_config(smoke_dirs, tmp_path, monkey
     config = smoke_config(smoke_dirs, tmp_path, run_name="taken", steps=1)
     runner.run_grpo(config, progress=False)
     with pytest.raises(ConfigError, match=r"different \['lr'\]"):
-        runner.run_grpo({**config, "lr": 0.5}, progress=False)
+        runner.run_grpo(config.replace(lr=0.5), progress=False)
     # a named run resumed by other code (an automatic name would change with the code)
     monkeypatch.setattr(runner, "fingerprint", lambda: "0123456789abcdef")
     with pytest.raises(ConfigError, match=r"made by other code .fingerprint [0-9a-f]{16}, now "
                                           r"0123456789abcdef"):
-        runner.run_grpo({**config, "steps": 2}, progress=False)
+        runner.run_grpo(config.replace(steps=2), progress=False)
 
 
 def test_eval_prompts_past_the_test_split(smoke_dirs, tmp_path, monkeypatch) -> None:
@@ -198,7 +198,7 @@ def test_update_hooks_see_every_optimizer_step_and_leave_the_run_alone(smoke_dir
     with_hook = runner.frame([hooked.step(t) for t in (1, 2)])
     without = runner.frame([plain.step(t) for t in (1, 2)])
     assert len(seen) == 2 * 2  # two updates per batch, two steps
-    assert all(rows == config["prompts_per_step"] * config["group_size"] and moved > 0
+    assert all(rows == config.prompts_per_step * config.group_size and moved > 0
                for rows, moved in seen)
     assert_same_records(with_hook, without)
 
@@ -212,7 +212,7 @@ def test_runs_from_the_same_policy_share_the_evaluation_before_training(
     evaluate = runner.Trainer.evaluate
 
     def counted(self):
-        calls.append(self.config["optimizer"])
+        calls.append(self.config.optimizer)
         return evaluate(self)
 
     monkeypatch.setattr(runner.Trainer, "evaluate", counted)
@@ -260,9 +260,9 @@ def test_the_drift_probe_measures_without_changing_the_run(smoke_dirs, tmp_path)
     """The probe records KL(π_θ ‖ π_ref) every `drift_probe_every` steps, is 0 before training,
     and leaves the training records (and the run directory's hash when off) as they were."""
     plain = smoke_config(smoke_dirs, tmp_path, optimizer="adamw", lr=1e-2)
-    probed = {**plain, "drift_probe_every": 2, "drift_probe_prompts": 3}
+    probed = plain.replace(drift_probe_every=2, drift_probe_prompts=3)
     assert cfg.run_dir(plain) != cfg.run_dir(probed)
-    assert cfg.config_hash({**plain, "drift_probe_prompts": 5}) == cfg.config_hash(plain)
+    assert cfg.config_hash(plain.replace(drift_probe_prompts=5)) == cfg.config_hash(plain)
     without = runner.run_grpo(plain, progress=False)
     records = runner.run_grpo(probed, progress=False)
     assert_same_records(records.drop(columns="drift_kl"), without.drop(columns="drift_kl"))
@@ -336,7 +336,7 @@ def test_sampled_pass_at_1_is_kept_problem_by_problem_and_resumes(
                                   .reset_index(drop=True), check_dtype=False)
 
     interrupted_and_resumed(config, monkeypatch, crash_step=3)
-    resumed = pd.read_csv(cfg.run_dir({**config, "run_name": "sampled-interrupted"})
+    resumed = pd.read_csv(cfg.run_dir(config.replace(run_name="sampled-interrupted"))
                           / runner.PROBLEMS_FILE)
     pd.testing.assert_frame_equal(resumed, problems)
 

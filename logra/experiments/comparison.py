@@ -124,7 +124,7 @@ def reads_chosen(cfg: dict[str, Any]) -> bool:
     return cfg["chosen_lrs"] is not None
 
 
-def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+def grpo_config(cfg: dict[str, Any], run: Run) -> grpo.GRPOConfig:
     """The resolved GRPO config of one run, evaluated before and after training; a run without
     an lr is at its method's chosen lr where the lrs are read, else at the first of its grid."""
     lr = run.lr
@@ -140,19 +140,19 @@ def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
 ALL = 10**9
 
 
-def extra_accuracy(config: dict[str, Any], task: str) -> float:
+def extra_accuracy(config: grpo.GRPOConfig, task: str) -> float:
     """Greedy pass@1 of the run's final policy on the test split of `task` (the same number of
     problems as the run's own evaluation), cached in <results_dir>/heldout/<run name>.json."""
-    path = Path(config["results_dir"]) / "heldout" / f"{grpo.run_dir(config).name}.json"
+    path = Path(config.results_dir) / "heldout" / f"{grpo.run_dir(config).name}.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
-    key = f"{task}/{config['steps']}/{config['eval_prompts']}/{config['max_new_tokens']}"
+    key = f"{task}/{config.steps}/{config.eval_prompts}/{config.max_new_tokens}"
     if key not in saved:
-        trainer = runner.Trainer({**config, "task": task, "eval_samples": None,
-                                  "eval_sampled_prompts": None}, progress=False)
+        trainer = runner.Trainer(config.replace(task=task, eval_samples=None,
+                                                eval_sampled_prompts=None), progress=False)
         step, _ = trainer.load(grpo.run_dir(config) / runner.CHECKPOINT_FILE)
-        if step != config["steps"]:
+        if step != config.steps:
             raise RuntimeError(f"{grpo.run_dir(config)}: checkpoint at step {step}, not at "
-                               f"{config['steps']}; rerun it with steps={config['steps']}")
+                               f"{config.steps}; rerun it with steps={config.steps}")
         saved[key] = trainer.evaluate()[0]["eval_accuracy"]
         io.write_json(path, saved)
     return saved[key]
@@ -208,7 +208,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
     and `problems` frames, every run of both stages once."""
     grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
                              list(dict.fromkeys([grpo_config(cfg, Run(
-                                 model=cfg["models"][0], method=REFERENCE, seed=0))["task"],
+                                 model=cfg["models"][0], method=REFERENCE, seed=0)).task,
                                                  *cfg["extra_eval_tasks"]])))
     if reads_chosen(cfg):
         rows, problems = pd.DataFrame(), pd.DataFrame()
@@ -491,7 +491,7 @@ def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
     source = (f"lrs of the sweep in {cfg['chosen_lrs']}" if reads_chosen(cfg)
               else "lrs swept here")
     return (f"{cfg['scale']}: {models}, {int(runs['steps'].max())} GRPO steps on "
-            f"{config['task']} ({config['prompts_per_step']} × {config['group_size']}), "
+            f"{config.task} ({config.prompts_per_step} × {config.group_size}), "
             f"{len(cfg['seeds'])} seed(s) at each method's chosen lr ({source})")
 
 
@@ -557,7 +557,7 @@ def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
     if big in cfg["models"]:
         final = at_chosen(runs, cfg)
         tol = cfg["c8_tolerance"]
-        columns = {"greedy": grpo_config(cfg, Run(model=big, method="logra", seed=0))["task"],
+        columns = {"greedy": grpo_config(cfg, Run(model=big, method="logra", seed=0)).task,
                    **{f"{t} greedy": t for t in cfg["extra_eval_tasks"]}}
         for column, task in columns.items():
             family = get_task(task).family.name

@@ -76,7 +76,7 @@ class Run:
         return short if self.delta is None else f"{short} + control, δ = {self.delta:g}"
 
 
-def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+def grpo_config(cfg: dict[str, Any], run: Run) -> grpo.GRPOConfig:
     """The resolved logra.rl config of `run` under experiment config `cfg`: grpo.yaml at
     `grpo_scale`, the experiment's `GRPO_KEYS`, what the run sets, then the method's preset
     (which may turn the control off: its δ is the run's `delta`, else the experiment's
@@ -93,15 +93,13 @@ def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     return grpo.resolve(scale=cfg["grpo_scale"], **overrides)
 
 
-def command(config: dict[str, Any]) -> str:
+def command(config: grpo.GRPOConfig) -> str:
     """The `logra-repro run` line that computes the run of a resolved GRPO `config`: the keys
     that differ from experiments/grpo.yaml at its scale, and always `ALWAYS_SHOWN`."""
-    scale = config["scale"]
-    base = grpo.resolve(scale=scale)
-    keys = [k for k in config if k != "scale"
-            and (k in ALWAYS_SHOWN or config[k] != base.get(k))]
-    flag = "" if scale == "default" else f" --scale {scale}"
-    pairs = " ".join(f"{k}={_yaml(config[k])}" for k in keys)
+    values, base = config.to_dict(), grpo.resolve(scale=config.scale).to_dict()
+    keys = [k for k in values if k != "scale" and (k in ALWAYS_SHOWN or values[k] != base[k])]
+    flag = "" if config.scale == "default" else f" --scale {config.scale}"
+    pairs = " ".join(f"{k}={_yaml(values[k])}" for k in keys)
     return f"logra-repro run experiments/grpo.yaml{flag} {pairs}"
 
 
@@ -118,7 +116,7 @@ def _yaml(value: Any) -> str:
 def is_real_scale(cfg: dict[str, Any], model: str | None = None) -> bool:
     """Whether the runs of `cfg` use a hub model (GPU scale) rather than a proxy built here."""
     model = model or grpo.resolve(scale=cfg["grpo_scale"],
-                                  **({"model": cfg["model"]} if cfg.get("model") else {}))["model"]
+                                  **({"model": cfg["model"]} if cfg.get("model") else {})).model
     return not (model in SCALES and SCALES[model].is_proxy) and not Path(model).is_dir()
 
 
@@ -135,6 +133,6 @@ def prepare_inputs(cfg: dict[str, Any], models: list[str], tasks: list[str]) -> 
             load_task(task, split, results / "data")
 
 
-def grpo_job(config: dict[str, Any]) -> pd.DataFrame:
+def grpo_job(config: grpo.GRPOConfig) -> pd.DataFrame:
     """One GRPO run (or its cached records)."""
     return run_grpo(config, progress=False)

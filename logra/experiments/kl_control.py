@@ -133,7 +133,7 @@ def plan(cfg: dict[str, Any]) -> list[Run]:
     return runs
 
 
-def grpo_config(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+def grpo_config(cfg: dict[str, Any], run: Run) -> grpo.GRPOConfig:
     """The resolved `logra.rl` config of one run (`grpo_runs.grpo_config`)."""
     return grpo_runs.grpo_config(cfg, run)
 
@@ -152,9 +152,9 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
     of the module docstring."""
     runs = plan(cfg)
     configs = [grpo_config(cfg, r) for r in runs]
-    grpo_runs.prepare_inputs(cfg, [configs[0]["model"]], [configs[0]["task"]])
+    grpo_runs.prepare_inputs(cfg, [configs[0].model], [configs[0].task])
     order = sorted(range(len(runs)),  # the longest first
-                   key=lambda i: -METHODS[runs[i].method].cost * configs[i]["steps"])
+                   key=lambda i: -METHODS[runs[i].method].cost * configs[i].steps)
     results = run_jobs([(_job, (configs[i],)) for i in order], cfg["workers"], EXPERIMENT,
                        progress)
     done = dict(zip(order, results, strict=True))
@@ -441,8 +441,8 @@ def _steps_text(steps: pd.Series) -> str:
 
 def _scale_text(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
     example = grpo_config(cfg, plan(cfg)[0])
-    return (f"{cfg['scale']}: {example['model']}, lr {cfg['stress_lr']:g}, {cfg['steps']} GRPO "
-            f"steps ({example['prompts_per_step']} × {example['group_size']}), "
+    return (f"{cfg['scale']}: {example.model}, lr {cfg['stress_lr']:g}, {cfg['steps']} GRPO "
+            f"steps ({example.prompts_per_step} × {example.group_size}), "
             f"{_stress_runs(frame, cfg)['seed'].nunique()} seed(s)")
 
 

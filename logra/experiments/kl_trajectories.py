@@ -84,7 +84,7 @@ def method_lr(cfg: dict[str, Any], method: str) -> float | None:
     return (cfg["method_lr"] or {}).get(method, cfg["lr"])
 
 
-def grpo_config(cfg: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
+def grpo_config(cfg: dict[str, Any], method: str, seed: int) -> grpo.GRPOConfig:
     """The resolved GRPO config of `method` at `seed`, at its lr, evaluated before and after
     training (as notebooks 04 and 09 build theirs, so equal settings share a run)."""
     return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=method, seed=seed,
@@ -92,14 +92,13 @@ def grpo_config(cfg: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
                                                     eval_every=cfg["steps"]))
 
 
-def calibration_config(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+def calibration_config(cfg: dict[str, Any], seed: int) -> grpo.GRPOConfig:
     """LoGRA gain predicting every step's KL with the calibrated estimate and an infinite
     budget (never clips), at the GRPO keys of `calibration_keys`."""
     config = grpo_runs.grpo_config({**cfg, **cfg["calibration_keys"]},
                                    grpo_runs.Run(method="logra", seed=seed))
-    config.update(kl_estimator="calibrated", predicted_kl_threshold=math.inf,
-                  steps=cfg["calibration_steps"])
-    return grpo.validate(config)
+    return config.replace(kl_estimator="calibrated", predicted_kl_threshold=math.inf,
+                          steps=cfg["calibration_steps"])
 
 
 # ---------------------------------------------------------------- running
@@ -129,21 +128,21 @@ class JVPProbe:
         self.values.append(float(probe))
 
 
-def calibration_run(config: dict[str, Any]) -> pd.DataFrame:
+def calibration_run(config: grpo.GRPOConfig) -> pd.DataFrame:
     """The records of the calibration run of `config` (`calibration_config`), with `jvp_kl`.
 
     Cached as <results_dir>/calibration/<config hash>-<steps>.csv.
     """
-    path = (Path(config["results_dir"]) / "calibration"
-            / f"{grpo.config_hash(config)}-{config['steps']}.csv")
+    path = (Path(config.results_dir) / "calibration"
+            / f"{grpo.config_hash(config)}-{config.steps}.csv")
     if path.exists():
         return pd.read_csv(path)
-    if config["updates_per_batch"] != 1:
+    if config.updates_per_batch != 1:
         raise ValueError("the calibration probes one update per batch (updates_per_batch=1)")
-    torch.set_num_threads(config["threads"])
+    torch.set_num_threads(config.threads)
     probe = JVPProbe()
     trainer = runner.Trainer(config, progress=False, update_hooks=[probe])
-    records = [trainer.step(t) for t in range(1, config["steps"] + 1)]
+    records = [trainer.step(t) for t in range(1, config.steps + 1)]
     frame = runner.frame(records).assign(jvp_kl=probe.values)
     io.write_frame(path, frame)
     return frame
@@ -155,12 +154,12 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     configs = {(m, s): grpo_config(cfg, m, s) for m in cfg["methods"] for s in cfg["seeds"]}
     calibrations = {s: calibration_config(cfg, s) for s in cfg["calibration_seeds"]}
     first = next(iter(configs.values()))
-    prepare_inputs(cfg, [first["model"]], [first["task"]])
-    jobs: list[tuple[str, Any, Callable, dict]] = [
+    prepare_inputs(cfg, [first.model], [first.task])
+    jobs: list[tuple[str, Any, Callable, grpo.GRPOConfig]] = [
         (m, s, grpo_job, c) for (m, s), c in configs.items()]
     jobs += [("calibration", s, calibration_run, c) for s, c in calibrations.items()]
     cost = {**{m: spec.cost for m, spec in METHODS.items()}, "calibration": 1.6}
-    jobs.sort(key=lambda job: -cost[job[0]] * job[3]["steps"])
+    jobs.sort(key=lambda job: -cost[job[0]] * job[3].steps)
     results = run_jobs([(fn, (c,)) for _, _, fn, c in jobs], cfg["workers"], EXPERIMENT,
                        progress)
     frames = [records.assign(method=m, seed=s)
@@ -207,7 +206,7 @@ def trajectory_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
         peaks = r.groupby("seed")["kl"].max()
         rows.append({
             "method": METHODS[method].label,
-            "lr": grpo_config(cfg, method, cfg["seeds"][0])["lr"],
+            "lr": grpo_config(cfg, method, cfg["seeds"][0]).lr,
             "seeds": r["seed"].nunique(),
             "steps": int(r["step"].max()),
             f"final KL (last {cfg['final_steps']} steps), mean": f.mean(),
@@ -377,7 +376,7 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
 
 def _scale_text(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
     runs = trajectories(frame)
-    model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0])["model"]
+    model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0]).model
     return (f"{cfg['scale']}: {model}, {int(runs['step'].max())} GRPO steps, "
             f"{runs['seed'].nunique()} seed(s), each method at its lr")
 
@@ -515,7 +514,7 @@ def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
             data = runs[runs["method"] == method]
             if column == "kl" and data["step"].max() > 1:  # step 1 samples from π_ref: KL 0
                 data = data[data["step"] > 1]
-            _band(ax, data, column, method, grpo_config(cfg, method, cfg["seeds"][0])["lr"],
+            _band(ax, data, column, method, grpo_config(cfg, method, cfg["seeds"][0]).lr,
                   floor)
         if floor is not None:
             ax.set_yscale("log")
@@ -533,7 +532,7 @@ def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     labels.append(l2[-1])
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False,
                bbox_to_anchor=(0.5, -0.06))
-    model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0])["model"]
+    model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0]).model
     fig.suptitle(f"GRPO on {model}: KL to the reference per step (line: mean over seeds; "
                  "band: lowest to highest seed)", fontsize=11)
     fig.tight_layout()

@@ -56,9 +56,9 @@ def wants_gpu(args: tuple) -> bool:
     """Whether a job runs on a GPU: its first argument is a config whose `device` is cuda (or
     auto, on a cluster with GPUs)."""
     config = args[0] if args else None
-    if not isinstance(config, dict) or not isinstance(config.get("device"), str):
+    device = config.get("device") if isinstance(config, dict) else getattr(config, "device", None)
+    if not isinstance(device, str):
         return False
-    device = config["device"]
     if device == "auto":
         return ray.cluster_resources().get("GPU", 0) > 0
     return device.startswith("cuda")
@@ -68,10 +68,9 @@ def job_label(index: int, fn: Callable[..., Any], args: tuple) -> str:
     """How an error names a job: its index, function and run name (or a short repr of its first
     argument)."""
     first = args[0] if args else None
-    if isinstance(first, dict) and first.get("run_name"):
-        detail = f"run_name={first['run_name']!r}"
-    else:
-        detail = reprlib.repr(first) if args else ""
+    run_name = (first.get("run_name") if isinstance(first, dict)
+                else getattr(first, "run_name", None))
+    detail = f"run_name={run_name!r}" if run_name else reprlib.repr(first) if args else ""
     return f"job {index} ({getattr(fn, '__name__', fn)}({detail}))"
 
 

@@ -50,7 +50,7 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     return grpo_runs.check_runs({**cfg, "methods": [cfg["method"]]})
 
 
-def grpo_config(cfg: dict[str, Any], task: str, seed: int) -> dict[str, Any]:
+def grpo_config(cfg: dict[str, Any], task: str, seed: int) -> grpo.GRPOConfig:
     """The resolved GRPO config of the run on `task` at `seed`: evaluated before and after."""
     return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=cfg["method"], seed=seed, task=task,
                                                     eval_every=cfg["steps"]))
@@ -61,7 +61,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     `task` and `seed` columns."""
     configs = [(task, seed, grpo_config(cfg, task, seed))
                for task in cfg["tasks"] for seed in cfg["seeds"]]
-    grpo_runs.prepare_inputs(cfg, [configs[0][2]["model"]], list(cfg["tasks"]))
+    grpo_runs.prepare_inputs(cfg, [configs[0][2].model], list(cfg["tasks"]))
     results = run_jobs([(grpo_runs.grpo_job, (c,)) for _, _, c in configs], cfg["workers"],
                        EXPERIMENT, progress=progress)
     return pd.concat([records.assign(task=task, seed=seed)
@@ -136,9 +136,9 @@ def probe(cfg: dict[str, Any]) -> pd.DataFrame:
     rows = trainer.train_prompts.select(range(cfg["probe_prompts"]))
     try:
         table = improvement_probe(trainer.policy, trainer.tokenizer, list(rows["prompt"]),
-                                  list(rows["gold"]), group_size=config["group_size"],
+                                  list(rows["gold"]), group_size=config.group_size,
                                   fresh=cfg["probe_fresh"],
-                                  max_new_tokens=config["max_new_tokens"],
+                                  max_new_tokens=config.max_new_tokens,
                                   norms=cfg["probe_norms"])
     except NoRewardSpread:  # a policy that solves nothing (the smoke scale): no direction
         table = pd.DataFrame(columns=list(PROBE_COLUMNS))
@@ -150,10 +150,10 @@ def trl_runs(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, 
     """The kit's and TRL's training reward per step and seed on the first task, over the first
     `trl_steps` steps of the seeds `trl_seeds` (the kit's from its runs' records, TRL's from
     `trl_check.trl_run`, cached as CSV in the results directory)."""
-    configs = {seed: {**grpo_config(cfg, cfg["tasks"][0], seed), "steps": cfg["trl_steps"]}
+    configs = {seed: grpo_config(cfg, cfg["tasks"][0], seed).replace(steps=cfg["trl_steps"])
                for seed in cfg["trl_seeds"]}
     paths = {seed: grpo.data_dir(c).parent / "trl" / f"{EXPERIMENT}-{grpo.config_hash(c)}-"
-             f"{c['steps']}.csv" for seed, c in configs.items()}
+             f"{c.steps}.csv" for seed, c in configs.items()}
     missing = [seed for seed, path in paths.items() if not path.exists()]
     frames = run_jobs([(trl_check.trl_run, (configs[seed],)) for seed in missing], cfg["workers"],
                       f"{EXPERIMENT} (TRL)", progress=progress)

@@ -30,15 +30,19 @@ import torch
 from logra.data.grading import reward
 from logra.models import load_policy
 from logra.rl import runner
+from logra.rl.config import GRPOConfig
 
 
-def trl_run(config: dict[str, Any]) -> pd.DataFrame:
+def trl_run(config: GRPOConfig) -> pd.DataFrame:
     """TRL's GRPO on the kit's resolved GRPO `config` (its model, task, seed, prompts_per_step,
     group_size, max_new_tokens, lr, steps): step, reward (mean of the step's completions)."""
     import trl
 
-    torch.set_num_threads(config["threads"])
-    trainer = runner.Trainer({**config, "eval_prompts": 1}, progress=False)  # the kit's prompts
+    torch.set_num_threads(config.threads)
+    # the kit's prompts (the trainer's own evaluation and drift probe are not used)
+    trainer = runner.Trainer(config.replace(eval_prompts=1, eval_samples=None,
+                                            eval_sampled_prompts=None, drift_probe_every=None),
+                             progress=False)
     prompts = trainer.train_prompts.select_columns(["prompt", "gold"])
     policy, tokenizer = load_policy(trainer.source)
 
@@ -47,13 +51,13 @@ def trl_run(config: dict[str, Any]) -> pd.DataFrame:
 
     with tempfile.TemporaryDirectory() as out:
         args = trl.GRPOConfig(
-            output_dir=out, seed=config["seed"], max_steps=config["steps"],
-            per_device_train_batch_size=config["prompts_per_step"] * config["group_size"],
-            num_generations=config["group_size"], max_completion_length=config["max_new_tokens"],
-            learning_rate=config["lr"], lr_scheduler_type="constant", warmup_steps=0,
-            weight_decay=config["weight_decay"], max_grad_norm=0.0, beta=config["beta"],
-            epsilon=config["clip_eps"], loss_type="dapo", scale_rewards="group",
-            num_iterations=config["updates_per_batch"], temperature=1.0, top_p=1.0, top_k=0,
+            output_dir=out, seed=config.seed, max_steps=config.steps,
+            per_device_train_batch_size=config.prompts_per_step * config.group_size,
+            num_generations=config.group_size, max_completion_length=config.max_new_tokens,
+            learning_rate=config.lr, lr_scheduler_type="constant", warmup_steps=0,
+            weight_decay=config.weight_decay, max_grad_norm=0.0, beta=config.beta,
+            epsilon=config.clip_eps, loss_type="dapo", scale_rewards="group",
+            num_iterations=config.updates_per_batch, temperature=1.0, top_p=1.0, top_k=0,
             bf16=False, use_cpu=True, logging_steps=1, save_strategy="no", report_to="none",
             disable_tqdm=True)
         trl_trainer = trl.GRPOTrainer(policy, graded, args=args, train_dataset=prompts,

@@ -3,8 +3,9 @@
 `resolve("experiments/grpo.yaml", scale, ["key=value", ...])` reads the YAML's defaults and
 scale (through `logra.config.load_config`, which rejects unknown keys and scales and
 ill-typed values), applies the overrides (each value parsed by `yaml.safe_load`, so `null`,
-`1e-4` and `[q_proj, v_proj]` mean what they say), and `validate` checks every value against
-its range or its valid choices. Every failure is a `ConfigError` naming the key.
+`1e-4` and `[q_proj, v_proj]` mean what they say), and returns a `GRPOConfig`: the typed,
+frozen config whose construction checks every value against its type, its range or its valid
+choices, once. Every failure is a `ConfigError` naming the key.
 
 The run directory is `<results_dir>/runs/<run_name>`; without a run_name it is
 `grpo-<optimizer>-<hash>`, the hash covering every key that changes the records and the
@@ -16,12 +17,17 @@ how many follow, and raising `steps` extends a finished run in place.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.dataclasses import dataclass
 
 from logra.config import ConfigError, as_number, load_config, read_spec
 from logra.data import TASKS
@@ -31,8 +37,6 @@ from logra.optimizers import OPTIMIZERS, REGISTRY, check_optimizer
 from logra.provenance import fingerprint
 
 EXPERIMENT = "grpo"
-DTYPES = ("float32", "bfloat16", "float16")
-DEVICES = ("cpu", "cuda", "auto")
 # Keys that do not change what a run computes: they stay out of the run directory's hash.
 NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir", "threads",
               "scale", "tensorboard")
@@ -40,16 +44,16 @@ NOT_HASHED = ("run_name", "steps", "checkpoint_every", "results_dir", "data_dir"
 ONLY_WITH = {"kl_drift_window": "kl_drift_budget", "drift_probe_every": "drift_probe_every",
              "drift_probe_prompts": "drift_probe_every", "kl_drift_source": "kl_drift_source",
              "eval_samples": "eval_samples", "eval_sampled_prompts": "eval_samples"}
-DRIFT_SOURCES = ("probe",)  # kl_drift_source: null (each step's batch KL) or one of these
-POSITIVE_INTS = ("steps", "group_size", "prompts_per_step", "max_new_tokens", "updates_per_batch",
-                 "eval_every", "eval_prompts", "eval_batch_size", "checkpoint_every", "rank",
-                 "lora_rank", "threads", "kl_horizon", "kl_drift_window", "drift_probe_prompts")
-NONNEGATIVE = ("lr", "weight_decay", "beta")
-POSITIVE = ("clip_eps", "lora_alpha")
-CHOICES: dict[str, tuple[str, ...]] = {
-    "task": tuple(TASKS), "dtype": DTYPES, "device": DEVICES, "reconstruction": RECONSTRUCTIONS,
-    "kl_estimator": KL_ESTIMATORS, "optimizer": OPTIMIZERS,
-}
+
+Count = Annotated[int, Field(ge=1)]
+# a number is kept as given (16 stays an int): the run directory's hash reads the values
+NonNegative = Annotated[int | float, Field(ge=0)]
+Positive = Annotated[int | float, Field(gt=0)]
+# The accepted values of a choice key, as the registries hold them when this module is imported.
+Task = Literal[tuple(TASKS)]
+Optimizer = Literal[OPTIMIZERS]
+Reconstruction = Literal[RECONSTRUCTIONS]
+KLEstimator = Literal[KL_ESTIMATORS]
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -72,7 +76,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 def resolve(
     experiment: str | Path = EXPERIMENT, scale: str = "default", overrides: list[str] | None = None,
     **values: Any,
-) -> dict[str, Any]:
+) -> GRPOConfig:
     """The validated config of `experiment` at `scale` with `key=value` overrides (and kwargs).
 
     `experiment` is the packaged `grpo` or any config file of its keys, on top of it: a copy of
@@ -88,89 +92,140 @@ def resolve(
     for key in merged:
         if key not in keys:
             raise ConfigError(f"unknown key {key!r} in the overrides; valid keys: {sorted(keys)}")
-    return validate(load_config(experiment, scale, base=EXPERIMENT, **merged))
+    return GRPOConfig.from_mapping(load_config(experiment, scale, base=EXPERIMENT, **merged))
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` unchanged if every value is in range; ConfigError naming the first bad key."""
-    for key in POSITIVE_INTS:
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
-    for key in (*NONNEGATIVE, *POSITIVE):
-        if isinstance(config[key], bool) or not isinstance(config[key], int | float):
-            raise ConfigError(f"{key} must be a number, got {config[key]!r}")
-    for key in NONNEGATIVE:
-        if not config[key] >= 0:
-            raise ConfigError(f"{key} must be >= 0, got {config[key]!r}")
-    for key in POSITIVE:
-        if not config[key] > 0:
-            raise ConfigError(f"{key} must be > 0, got {config[key]!r}")
-    if config["group_size"] < 2:
-        raise ConfigError(f"group_size must be >= 2 (advantages need a group std), "
-                          f"got {config['group_size']}")
-    for key, choices in CHOICES.items():
-        if config[key] not in choices:
-            raise ConfigError(f"{key} must be one of {list(choices)}, got {config[key]!r}")
-    try:
-        check_optimizer(config["optimizer"])
-    except ImportError as err:
-        raise ConfigError(f"optimizer: {err}") from err
-    for key in ("predicted_kl_threshold", "kl_drift_budget", "kl_target"):
-        value = config[key]
-        if value is not None and (isinstance(value, bool)
-                                  or not isinstance(value, int | float) or value <= 0):
-            raise ConfigError(f"{key} must be a number > 0 or null, got {value!r}")
-    if config["kl_drift_budget"] is not None and not REGISTRY[config["optimizer"]].kl_control:
-        controlled = [name for name, entry in REGISTRY.items() if entry.kl_control]
-        raise ConfigError(f"kl_drift_budget needs the KL control of an optimizer of {controlled}, "
-                          f"not {config['optimizer']!r}")
-    if config["kl_target"] is not None and not config["beta"] > 0:
-        raise ConfigError("kl_target (adaptive β) needs a starting beta > 0, got "
-                          f"beta={config['beta']!r}")
-    probe = config["drift_probe_every"]
-    if probe is not None and (isinstance(probe, bool) or not isinstance(probe, int) or probe < 1):
-        raise ConfigError(f"drift_probe_every must be an integer >= 1 or null, got {probe!r}")
-    if probe is not None and config["drift_probe_prompts"] > config["eval_prompts"]:
-        raise ConfigError(f"drift_probe_prompts={config['drift_probe_prompts']} exceeds "
-                          f"eval_prompts={config['eval_prompts']}: the probe's prompts are the "
-                          "first test prompts")
-    for key in ("eval_samples", "eval_sampled_prompts"):
-        value = config[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise ConfigError(f"{key} must be an integer >= 1 or null, got {value!r}")
-    if (config["eval_sampled_prompts"] or 0) > config["eval_prompts"]:
-        raise ConfigError(f"eval_sampled_prompts={config['eval_sampled_prompts']} exceeds "
-                          f"eval_prompts={config['eval_prompts']}: the sampled problems are the "
-                          "first test prompts")
-    source = config["kl_drift_source"]
-    if source is not None:
-        if source not in DRIFT_SOURCES:
-            raise ConfigError(f"kl_drift_source must be null or one of {list(DRIFT_SOURCES)}, "
-                              f"got {source!r}")
-        if config["kl_drift_budget"] is None or probe is None:
+@dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid"))
+class GRPOConfig:
+    """One GRPO run's settings: every key of experiments/grpo.yaml, typed and checked.
+
+    The values' single home is the YAML (its `defaults`, then a scale, then overrides:
+    `resolve`); this class holds what each key accepts. Construction validates, once: the type
+    of every key (strictly: `true` is no integer, `"1e-4"` no number), its range or its choices
+    (`typing.Literal`), then the rules that tie keys together (`__post_init__`). A config is
+    frozen; `replace` makes a changed copy and validates it again. Build one from a mapping with
+    `from_mapping`, which turns pydantic's error into a `ConfigError` naming the key.
+    """
+
+    scale: str
+    run_name: str | None
+    model: str
+    task: Task
+    data_dir: str | None
+    use_chat_template: bool
+    dtype: Literal["float32", "bfloat16", "float16"]
+    device: Literal["cpu", "cuda", "auto"]
+    threads: Count
+    optimizer: Optimizer
+    lr: NonNegative
+    weight_decay: NonNegative
+    rank: Count
+    reconstruction: Reconstruction
+    kl_estimator: KLEstimator
+    predicted_kl_threshold: Positive | None
+    kl_drift_budget: Positive | None
+    kl_drift_window: Count
+    kl_drift_source: Literal["probe"] | None
+    lora_rank: Count
+    lora_alpha: Positive
+    lora_targets: Annotated[list[str], Field(min_length=1)]
+    group_size: Annotated[int, Field(ge=2)]  # advantages need a group standard deviation
+    prompts_per_step: Count
+    max_new_tokens: Count
+    updates_per_batch: Count
+    clip_eps: Positive
+    beta: NonNegative
+    kl_target: Positive | None
+    kl_horizon: Count
+    seed: int
+    steps: Count
+    eval_every: Count
+    eval_prompts: Count
+    eval_batch_size: Count
+    eval_samples: Count | None
+    eval_sampled_prompts: Count | None
+    drift_probe_every: Count | None
+    drift_probe_prompts: Count
+    checkpoint_every: Count
+    results_dir: str
+    tensorboard: bool
+
+    def __post_init__(self) -> None:
+        """The rules that tie keys together; each failure is a ConfigError naming its keys."""
+        try:
+            check_optimizer(self.optimizer)
+        except ImportError as err:
+            raise ConfigError(f"optimizer: {err}") from err
+        if self.kl_drift_budget is not None and not REGISTRY[self.optimizer].kl_control:
+            controlled = [name for name, entry in REGISTRY.items() if entry.kl_control]
+            raise ConfigError(f"kl_drift_budget needs the KL control of an optimizer of "
+                              f"{controlled}, not {self.optimizer!r}")
+        if self.kl_target is not None and not self.beta > 0:
+            raise ConfigError("kl_target (adaptive β) needs a starting beta > 0, got "
+                              f"beta={self.beta!r}")
+        probe = self.drift_probe_every
+        if probe is not None and self.drift_probe_prompts > self.eval_prompts:
+            raise ConfigError(f"drift_probe_prompts={self.drift_probe_prompts} exceeds "
+                              f"eval_prompts={self.eval_prompts}: the probe's prompts are the "
+                              "first test prompts")
+        if (self.eval_sampled_prompts or 0) > self.eval_prompts:
+            raise ConfigError(f"eval_sampled_prompts={self.eval_sampled_prompts} exceeds "
+                              f"eval_prompts={self.eval_prompts}: the sampled problems are the "
+                              "first test prompts")
+        if self.kl_drift_source == "probe" and (self.kl_drift_budget is None or probe is None):
             raise ConfigError("kl_drift_source: probe feeds the drift budget from the drift "
                               "probe: it needs kl_drift_budget and drift_probe_every")
-    targets = config["lora_targets"]
-    if not targets or not all(isinstance(t, str) for t in targets):
-        raise ConfigError(f"lora_targets must be a non-empty list of module names, got {targets!r}")
-    if not isinstance(config["tensorboard"], bool):
-        raise ConfigError(f"tensorboard must be true or false, got {config['tensorboard']!r}")
-    for key in ("run_name", "data_dir"):
-        if config[key] is not None and not isinstance(config[key], str):
-            raise ConfigError(f"{key} must be a string or null, got {config[key]!r}")
-    run_name = config["run_name"]
-    if run_name is not None and (not run_name or "/" in run_name):
-        raise ConfigError(f"run_name must be a non-empty directory name, got {run_name!r}")
-    _check_model(config["model"])
-    return config
+        if self.run_name is not None and (not self.run_name or "/" in self.run_name):
+            raise ConfigError(f"run_name must be a non-empty directory name, "
+                              f"got {self.run_name!r}")
+        _check_model(self.model)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> GRPOConfig:
+        """The config of `values` (every key, no other); ConfigError naming the first bad key."""
+        with _named_errors():
+            return cls(**values)
+
+    def replace(self, **changes: Any) -> GRPOConfig:
+        """A copy with `changes`, validated again; ConfigError naming the first bad key."""
+        with _named_errors():
+            return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """{key: value}, in the YAML's order: what manifests, checkpoints and hashes hold."""
+        return dataclasses.asdict(self)
 
 
-def _check_model(model: Any) -> None:
+KEYS = tuple(field.name for field in dataclasses.fields(GRPOConfig))
+
+
+@contextmanager
+def _named_errors() -> Iterator[None]:
+    """Pydantic's ValidationError as a ConfigError whose message begins with the key."""
+    try:
+        yield
+    except ValidationError as err:
+        raise _config_error(err) from None
+
+
+def _config_error(err: ValidationError) -> ConfigError:
+    first = err.errors()[0]
+    if first["type"] == "value_error" and isinstance(first["ctx"]["error"], ConfigError):
+        return first["ctx"]["error"]  # a rule of __post_init__, worded already
+    key = str(first["loc"][0])
+    if first["type"] == "unexpected_keyword_argument":
+        return ConfigError(f"unknown key {key!r}; valid keys: {sorted(KEYS)}")
+    if first["type"] == "missing":
+        return ConfigError(f"missing key {key!r}: a GRPO config sets every key of "
+                           f"experiments/{EXPERIMENT}.yaml")
+    # a union (int | float) fails once per member: "a valid integer or a valid number"
+    wanted = dict.fromkeys(e["msg"].lower().removeprefix("input should be ")
+                           for e in err.errors() if e["loc"][:1] == first["loc"][:1])
+    return ConfigError(f"{key}: input should be {' or '.join(wanted)}, got {first['input']!r}")
+
+
+def _check_model(model: str) -> None:
     """A scale name, an existing directory, or a hub id `org/name`."""
-    if not isinstance(model, str):
-        raise ConfigError(f"model must be a string, got {model!r}")
     if model in SCALES or Path(model).is_dir():
         return
     if model.count("/") == 1 and not model.startswith((".", "/")) and all(model.split("/")):
@@ -181,35 +236,38 @@ def _check_model(model: Any) -> None:
     )
 
 
-def config_hash(config: dict[str, Any]) -> str:
+def config_hash(config: GRPOConfig) -> str:
     """12 hex digits of the canonical JSON of the keys that change the records and of the code's
     fingerprint (`logra.provenance.fingerprint`).
 
     A key of `ONLY_WITH` is left out while the key it depends on is null (it cannot change the
     records then), so adding such a key keeps the runs already made without it valid.
     """
-    hashed = {k: v for k, v in sorted(config.items()) if k not in NOT_HASHED
-              and not (k in ONLY_WITH and config.get(ONLY_WITH[k]) is None)}
+    values = config.to_dict()
+    hashed = {k: v for k, v in sorted(values.items()) if k not in NOT_HASHED
+              and not (k in ONLY_WITH and values[ONLY_WITH[k]] is None)}
     hashed["code"] = fingerprint()
     return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def run_dir(config: dict[str, Any]) -> Path:
+def run_dir(config: GRPOConfig) -> Path:
     """`<results_dir>/runs/<run_name or grpo-<optimizer>-<hash>>`."""
-    name = config["run_name"] or f"{EXPERIMENT}-{config['optimizer']}-{config_hash(config)}"
-    return Path(config["results_dir"]) / "runs" / name
+    name = config.run_name or f"{EXPERIMENT}-{config.optimizer}-{config_hash(config)}"
+    return Path(config.results_dir) / "runs" / name
 
 
-def data_dir(config: dict[str, Any]) -> Path:
+def data_dir(config: GRPOConfig) -> Path:
     """Where the run's generated tasks are cached: `data_dir`, or <results_dir>/data when null
     (results/data at the default results_dir), so that a run writes under its results_dir."""
-    return Path(config["data_dir"] if config["data_dir"] is not None
-                else Path(config["results_dir"]) / "data")
+    return Path(config.data_dir if config.data_dir is not None
+                else Path(config.results_dir) / "data")
 
 
-def result_keys_differ(saved: dict[str, Any], config: dict[str, Any]) -> list[str]:
-    """Keys (outside NOT_HASHED) whose values differ between a saved run and `config`."""
-    keys = (set(saved) | set(config)) - set(NOT_HASHED)
+def result_keys_differ(saved: Mapping[str, Any], config: GRPOConfig) -> list[str]:
+    """Keys (outside NOT_HASHED) whose values differ between a saved run's config and
+    `config`."""
+    values = config.to_dict()
+    keys = (set(saved) | set(values)) - set(NOT_HASHED)
     inert = {k for k, dependency in ONLY_WITH.items()
-             if saved.get(dependency) is None and config.get(dependency) is None}
-    return sorted(k for k in keys - inert if saved.get(k) != config.get(k))
+             if saved.get(dependency) is None and values.get(dependency) is None}
+    return sorted(k for k in keys - inert if saved.get(k) != values.get(k))

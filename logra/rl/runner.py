@@ -67,7 +67,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -135,21 +135,21 @@ class Trainer:
     are copied for them only when there are any.
     """
 
-    def __init__(self, config: dict[str, Any], progress: bool = True,
+    def __init__(self, config: cfg.GRPOConfig, progress: bool = True,
                  update_hooks: Sequence[UpdateHook] = ()) -> None:
         self.config = config
         self.update_hooks = tuple(update_hooks)
-        device = config["device"]
+        device = config.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.dp = DataParallel.from_environment(torch.device(device))
-        self.dp.shard(config["prompts_per_step"], "prompts_per_step")  # fails before any compute
+        self.dp.shard(config.prompts_per_step, "prompts_per_step")  # fails before any compute
         self.device = self.dp.device(torch.device(device))
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        dtype = getattr(torch, config["dtype"])
-        model = config["model"]
-        results = Path(config["results_dir"])
+        dtype = getattr(torch, config.dtype)
+        model = config.model
+        results = Path(config.results_dir)
         with self.dp.main_first():  # one rank builds the proxy
             self.source = str(prepare(model, root=results / "models",
                                       data_dir=cfg.data_dir(config),
@@ -158,33 +158,34 @@ class Trainer:
         policy, self.tokenizer = load_policy(self.source, dtype)
         self.reference, _ = load_policy(self.source, dtype)
         self.reference.requires_grad_(False).eval().to(self.device)
-        torch.manual_seed(config["seed"])  # LoRA's adapter initialization
-        self.policy = wrap_model(config["optimizer"], policy, config).to(self.device).eval()
-        self.optimizer = build_optimizer(config["optimizer"], self.policy, config)
+        torch.manual_seed(config.seed)  # LoRA's adapter initialization
+        settings = config.to_dict()
+        self.policy = wrap_model(config.optimizer, policy, settings).to(self.device).eval()
+        self.optimizer = build_optimizer(config.optimizer, self.policy, settings)
         if isinstance(self.optimizer, KLControlled):  # the JVP's KL prediction: every rank's batch
             self.optimizer.process_group = self.dp.group
         self.trained = self.dp.wrap(self.policy)  # the gradient forward (DDP under N ranks)
-        self.kl_controller = (AdaptiveKLController(config["beta"], config["kl_target"],
-                                                   config["kl_horizon"])
-                              if config["kl_target"] is not None else None)
+        self.kl_controller = (AdaptiveKLController(config.beta, config.kl_target,
+                                                   config.kl_horizon)
+                              if config.kl_target is not None else None)
         self.trainable = {n: p for n, p in self.policy.named_parameters() if p.requires_grad}
         self.drift_bound = 0.0  # K̂ of `track_drift`, for kl_drift_source: probe
         self.saved_problems: pd.DataFrame | None = None  # a loaded checkpoint's (`load`)
         with self.dp.main_first():  # one rank generates and caches the data
             self.train_prompts = self._prompts("train")
             test = self._prompts("test")
-        if len(test) < config["eval_prompts"]:
-            raise ConfigError(f"eval_prompts={config['eval_prompts']} but the test split of "
-                              f"{config['task']} has {len(test)} problems")
-        self.test_prompts = test.select(range(config["eval_prompts"]))
+        if len(test) < config.eval_prompts:
+            raise ConfigError(f"eval_prompts={config.eval_prompts} but the test split of "
+                              f"{config.task} has {len(test)} problems")
+        self.test_prompts = test.select(range(config.eval_prompts))
 
     def _prompts(self, split: str) -> datasets.Dataset:
         """`prompt`, `gold` of a split, wrapped in the chat template when configured and present."""
         config = self.config
-        rows = load_task(config["task"], split, cfg.data_dir(config),
-                         test_rows=config["eval_prompts"])
-        prompts = to_prompts(rows, config["task"])
-        if config["use_chat_template"] and self.tokenizer.chat_template:
+        rows = load_task(config.task, split, cfg.data_dir(config),
+                         test_rows=config.eval_prompts)
+        prompts = to_prompts(rows, config.task)
+        if config.use_chat_template and self.tokenizer.chat_template:
             with no_dataset_bars():
                 prompts = prompts.map(
                     lambda row: {"prompt": chat(self.tokenizer, row["prompt"])})
@@ -196,28 +197,28 @@ class Trainer:
         """Rollout, update(s) and measurements of step t (1-based)."""
         c = self.config
         start = time.perf_counter()
-        seed = step_seed(c["seed"], t)
+        seed = step_seed(c.seed, t)
         torch.manual_seed(seed)
         random.seed(seed)
         order = torch.randperm(len(self.train_prompts),
                                generator=torch.Generator().manual_seed(seed))
-        share = self.dp.shard(c["prompts_per_step"], "prompts_per_step")
+        share = self.dp.shard(c.prompts_per_step, "prompts_per_step")
         batch = self.train_prompts.select(order[share].tolist())  # this rank's prompts
-        rollout = sample(self.policy, self.tokenizer, list(batch["prompt"]), c["group_size"],
-                         c["max_new_tokens"], seed=seed, first_row=share.start * c["group_size"])
-        golds = [gold for gold in batch["gold"] for _ in range(c["group_size"])]
+        rollout = sample(self.policy, self.tokenizer, list(batch["prompt"]), c.group_size,
+                         c.max_new_tokens, seed=seed, first_row=share.start * c.group_size)
+        golds = [gold for gold in batch["gold"] for _ in range(c.group_size)]
         rewards = torch.tensor([reward(text, gold)
                                 for text, gold in zip(rollout.completions, golds, strict=True)])
-        advantages = group_advantages(rewards, c["group_size"]).to(self.device)
+        advantages = group_advantages(rewards, c.group_size).to(self.device)
         rewards = self.dp.gather(rewards)  # every rank's, for the records of the global batch
         lengths = self.dp.gather(rollout.response_mask.sum(dim=1))
         (tokens,) = self.dp.sum(float(rollout.attention_mask.sum()))
         record = dict(
             step=t, reward=float(rewards.mean()), reward_std=float(rewards.std()),
             train_accuracy=float((rewards == 1).float().mean()),
-            zero_std_groups=float((rewards.view(-1, c["group_size"]).std(dim=1) == 0)
+            zero_std_groups=float((rewards.view(-1, c.group_size).std(dim=1) == 0)
                                   .float().mean()),
-            solved_groups=float((rewards.view(-1, c["group_size"]).amax(dim=1) == 1)
+            solved_groups=float((rewards.view(-1, c.group_size).amax(dim=1) == 1)
                                 .float().mean()),
             completion_tokens=float(lengths.float().mean()), tokens=int(tokens),
         )
@@ -238,7 +239,7 @@ class Trainer:
             ref_logits = completion_logits(self.reference, rollout)
             ref_logprobs = token_logprobs(ref_logits, tokens)
         logs: list[dict[str, float]] = []
-        for update in range(c["updates_per_batch"]):
+        for update in range(c.updates_per_batch):
             logits = completion_logits(self.trained, rollout)
             logprobs = token_logprobs(logits, tokens)
             if update == 0:
@@ -249,10 +250,10 @@ class Trainer:
                     # the drift budget needs KL(π_θ ‖ π_ref) before the step: of the global
                     # batch, or the bound the drift probe keeps (`track_drift`)
                     self.optimizer.observe_reference_kl(
-                        self.drift_bound if c["kl_drift_source"] == "probe"
+                        self.drift_bound if c.kl_drift_source == "probe"
                         else self.dp.token_mean(dict(kl=kl), n_local)["kl"])
             terms = grpo_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask,
-                              c["clip_eps"], self.beta)
+                              c.clip_eps, self.beta)
             loss = terms.loss * share if self.dp.world > 1 else terms.loss
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -275,7 +276,7 @@ class Trainer:
                                   for key in logs[0]}
         merged.update(beta=self.beta)
         if self.kl_controller is not None:  # the penalty of the next step
-            self.kl_controller.update(kl, c["prompts_per_step"] * c["group_size"])
+            self.kl_controller.update(kl, c.prompts_per_step * c.group_size)
         merged.update(kl=kl, kl_k3=logs[0]["kl_k3"], step_kl=step_kl,
                       clipped=any(log["clipped"] for log in logs),
                       skipped=any(log["skipped"] for log in logs),
@@ -286,7 +287,7 @@ class Trainer:
     @property
     def beta(self) -> float:
         """The weight of the k3 penalty this step: `beta`, or the adaptive controller's."""
-        return self.kl_controller.beta if self.kl_controller else self.config["beta"]
+        return self.kl_controller.beta if self.kl_controller else self.config.beta
 
     def _grad_norm(self) -> float:
         grads = [p.grad.float().norm() for p in self.trainable.values() if p.grad is not None]
@@ -313,11 +314,11 @@ class Trainer:
         c = self.config
         start = time.perf_counter()
         part = self.dp.split(len(self.test_prompts))
-        sampled = c["eval_sampled_prompts"] or len(self.test_prompts)
+        sampled = c.eval_sampled_prompts or len(self.test_prompts)
         problems = held_out(
             self.policy, self.tokenizer, self.test_prompts.select(range(part.start, part.stop)),
-            max_new_tokens=c["max_new_tokens"], batch_size=c["eval_batch_size"],
-            samples=c["eval_samples"] or 0, sampled_prompts=max(0, min(part.stop, sampled)
+            max_new_tokens=c.max_new_tokens, batch_size=c.eval_batch_size,
+            samples=c.eval_samples or 0, sampled_prompts=max(0, min(part.stop, sampled)
                                                                 - part.start),
             seed=step_seed(0, EVAL_STEP), first_problem=part.start)
         problems = self._gather_problems(problems)
@@ -362,11 +363,11 @@ class Trainer:
         that probes differ by the change of the policy, not the draw.
         """
         c = self.config
-        part = self.dp.split(c["drift_probe_prompts"])
+        part = self.dp.split(c.drift_probe_prompts)
         prompts = self.test_prompts.select(range(part.start, part.stop))
-        rollout = sample(self.policy, self.tokenizer, list(prompts["prompt"]), c["group_size"],
-                         c["max_new_tokens"], seed=step_seed(c["seed"], PROBE_STEP),
-                         first_row=part.start * c["group_size"])
+        rollout = sample(self.policy, self.tokenizer, list(prompts["prompt"]), c.group_size,
+                         c.max_new_tokens, seed=step_seed(c.seed, PROBE_STEP),
+                         first_row=part.start * c.group_size)
         with torch.no_grad():
             kl = float(categorical_kl(completion_logits(self.policy, rollout),
                                       completion_logits(self.reference, rollout),
@@ -384,7 +385,7 @@ class Trainer:
             self.dp.barrier()
             return
         state = dict(
-            step=step, records=records, config=self.config, problems=problems,
+            step=step, records=records, config=self.config.to_dict(), problems=problems,
             policy={name: p.detach() for name, p in self.trainable.items()},
             optimizer=self.optimizer.state_dict(), beta=self.beta,
             rng=dict(torch=torch.get_rng_state(), python=random.getstate(),
@@ -450,27 +451,29 @@ def evaluations(records: pd.DataFrame) -> pd.DataFrame:
                        ["step", "eval_accuracy", "kl"]].reset_index(drop=True)
 
 
-def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+def run_grpo(config: cfg.GRPOConfig | Mapping[str, Any], progress: bool = True) -> pd.DataFrame:
     """Run (or resume, or extend) the GRPO run of `config`; returns its per-step records.
 
-    `config` is a resolved config (`logra.rl.config.resolve`); it is validated again here, so a
-    bad one fails before anything is loaded. Writes `records.csv`, `manifest.json` and
+    `config` is a resolved config (`logra.rl.config.resolve`), or a mapping of every key, which
+    is validated into one here (`GRPOConfig.from_mapping`), so a bad one fails before anything is
+    loaded. Writes `records.csv`, `manifest.json` and
     `checkpoint/state.pt` under `logra.rl.config.run_dir(config)`, and with `tensorboard: true`
     each record's scalars under its `tensorboard/` (`logra.rl.tracking`) (rank 0 of a
     data-parallel run; every rank returns the records).
     """
-    config = cfg.validate(dict(config))
+    if not isinstance(config, cfg.GRPOConfig):
+        config = cfg.GRPOConfig.from_mapping(config)
     directory = cfg.run_dir(config)
     manifest_path = directory / MANIFEST_FILE
     manifest = _read_manifest(manifest_path, config)
-    torch.set_num_threads(config["threads"])
+    torch.set_num_threads(config.threads)
     trainer = Trainer(config, progress)
     main = trainer.dp.is_main
     checkpoint = directory / CHECKPOINT_FILE
     done, records = trainer.load(checkpoint) if checkpoint.exists() else (0, [])
     problems = [trainer.saved_problems] if done and trainer.saved_problems is not None else []
     manifest.setdefault("resumed_from", []).append(done)
-    manifest.update(config=config, model_source=trainer.source, status="running",
+    manifest.update(config=config.to_dict(), model_source=trainer.source, status="running",
                     ranks=trainer.dp.world)
     if main:
         io.write_json(manifest_path, manifest)
@@ -478,21 +481,21 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
         evaluation, before = initial_evaluation(trainer)
         records.append(dict(step=0, **evaluation))
         problems = [before.assign(step=0)]
-    tensorboard = TensorBoardLog(directory, done) if config["tensorboard"] and main else None
+    tensorboard = TensorBoardLog(directory, done) if config.tensorboard and main else None
     if tensorboard is not None and done == 0:
         tensorboard.write(records[0])
-    steps = config["steps"]
+    steps = config.steps
     bar = tqdm(total=steps, initial=min(done, steps), disable=not (progress and main),
                desc=directory.name, unit="step")
     for record in records[1:]:  # a resumed run's K̂ from the records it saved
         trainer.track_drift(record)
     for t in range(done + 1, steps + 1):
         record = trainer.step(t)
-        if t % config["eval_every"] == 0:
+        if t % config.eval_every == 0:
             evaluation, after = trainer.evaluate()
             record.update(evaluation)
             problems.append(after.assign(step=t))
-        if config["drift_probe_every"] and t % config["drift_probe_every"] == 0:
+        if config.drift_probe_every and t % config.drift_probe_every == 0:
             record.update(trainer.probe_drift())
         trainer.track_drift(record)
         records.append(record)
@@ -502,7 +505,7 @@ def run_grpo(config: dict[str, Any], progress: bool = True) -> pd.DataFrame:
         bar.set_postfix(reward=f"{record['reward']:.3f}", kl=f"{record['kl']:.2e}",
                         **({"eval": f"{record['eval_accuracy']:.3f}"}
                            if "eval_accuracy" in record else {}))
-        if t % config["checkpoint_every"] == 0 or t == steps:
+        if t % config.checkpoint_every == 0 or t == steps:
             evaluated = _problems(problems, t)
             trainer.save(checkpoint, t, records, evaluated)
             if main:
@@ -533,15 +536,15 @@ def initial_evaluation(trainer: Trainer) -> tuple[dict[str, float], pd.DataFrame
     """
     config = trainer.config
     source = Path(trainer.source)
-    if spec(config["optimizer"]).wraps_model or not source.is_dir():
+    if spec(config.optimizer).wraps_model or not source.is_dir():
         return trainer.evaluate()
     digest = hashlib.sha256()
     for weights in sorted(source.glob("*.safetensors")):
         digest.update(weights.read_bytes())
-    settings = {k: config[k] for k in EVALUATION_KEYS}
+    settings = {k: getattr(config, k) for k in EVALUATION_KEYS}
     settings.update(device=str(trainer.device), ranks=trainer.dp.world, code=fingerprint())
     digest.update(json.dumps(settings, sort_keys=True).encode())
-    path = Path(config["results_dir"]) / EVALUATIONS_DIR / f"{digest.hexdigest()[:16]}.json"
+    path = Path(config.results_dir) / EVALUATIONS_DIR / f"{digest.hexdigest()[:16]}.json"
     if path.exists():
         cached = json.loads(path.read_text())
         return cached["evaluation"], pd.DataFrame(cached["problems"])
@@ -568,7 +571,7 @@ def _write(directory: Path, manifest: dict[str, Any], records: list[dict],
     io.write_json(directory / MANIFEST_FILE, manifest)
 
 
-def _read_manifest(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+def _read_manifest(path: Path, config: cfg.GRPOConfig) -> dict[str, Any]:
     """The existing manifest of the run (checked against `config`), or a new one."""
     if path.exists():
         manifest = json.loads(path.read_text())
@@ -583,11 +586,11 @@ def _read_manifest(path: Path, config: dict[str, Any]) -> dict[str, Any]:
                 "set another run_name= or remove the directory")
         return manifest
     return dict(
-        experiment=cfg.EXPERIMENT, seed=config["seed"], run_dir=str(path.parent),
+        experiment=cfg.EXPERIMENT, seed=config.seed, run_dir=str(path.parent),
         code=fingerprint(),
         started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         versions=_versions(), git=_git(), python=sys.version.split()[0],
-        platform=platform.platform(), threads=config["threads"],
+        platform=platform.platform(), threads=config.threads,
     )
 
 
