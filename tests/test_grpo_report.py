@@ -88,7 +88,7 @@ def test_seed_study_differs_from_the_method_runs_only_in_lr_and_held_out_problem
     for label, runs in study.items():
         assert len(runs) == len(script.SEEDS)
         config = runs[f"proxy1m-adamw-{label}-s1-heldout{script.HELD_OUT}"]
-        differ = {k for k, v in config.to_dict().items() if v != getattr(method, k)}
+        differ = {k for k, v in config.to_dict().items() if v != method.to_dict()[k]}
         assert differ <= {"lr", "eval_prompts", "run_name"}
         assert config.lr == script.SEED_STUDY[label]
         assert config.eval_prompts == script.HELD_OUT > script.TEST_PROBLEMS

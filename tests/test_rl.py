@@ -210,7 +210,8 @@ def test_overrides_are_parsed_as_yaml() -> None:
                                            "lora_targets=[q_proj, v_proj]", "optimizer=logra"])
     assert config.lr == 1e-4 and isinstance(config.lr, float)
     assert config.predicted_kl_threshold is None
-    assert config.lora_targets == ["q_proj", "v_proj"]
+    assert config.lora_targets == ("q_proj", "v_proj")  # a frozen config holds no list
+    assert config.to_dict()["lora_targets"] == ["q_proj", "v_proj"]  # the YAML's, the JSON's
 
 
 def test_real_scale_is_one_override_away_and_goes_through_load_policy(tmp_path, monkeypatch):
@@ -220,7 +221,7 @@ def test_real_scale_is_one_override_away_and_goes_through_load_policy(tmp_path, 
                          ["model=Qwen/Qwen2.5-1.5B-Instruct", "task=gsm8k",
                           f"results_dir={tmp_path}"])
     default = cfg.resolve("experiments/grpo.yaml", "default")
-    differ = {k for k, v in config.to_dict().items() if v != getattr(default, k)}
+    differ = {k for k, v in config.to_dict().items() if v != default.to_dict()[k]}
     assert differ == {"model", "task", "results_dir"}
     gpu = cfg.resolve("experiments/grpo.yaml", "1.5b")
     assert (gpu.model, gpu.task, gpu.dtype) == ("Qwen/Qwen2.5-1.5B-Instruct", "gsm8k",
@@ -287,6 +288,10 @@ def test_a_config_is_typed_frozen_and_validated_once(monkeypatch, tmp_path) -> N
     with pytest.raises(ConfigError, match=r"kl_target .* needs a starting beta > 0"):
         config.replace(kl_target=0.1, beta=0.0)
     assert config.replace(lr=3e-4).lr == 3e-4 and config.lr == 1e-4
+    assert hash(config) == hash(cfg.resolve("grpo", "smoke", results_dir=str(tmp_path)))
+    # an int for a float key becomes a float, as `resolve` makes it: one run, one directory
+    assert cfg.run_dir(config.replace(lr=1)) == cfg.run_dir(
+        cfg.resolve("grpo", "smoke", results_dir=str(tmp_path), lr=1))
 
     built = []
     from_mapping = cfg.GRPOConfig.from_mapping

@@ -158,7 +158,7 @@ def extra_accuracy(config: grpo.GRPOConfig, task: str) -> float:
     return saved[key]
 
 
-def run_job(config: dict[str, Any], extra_tasks: list[str]) -> dict[str, Any]:
+def run_job(config: grpo.GRPOConfig, extra_tasks: list[str]) -> dict[str, Any]:
     """One GRPO run (or its cached records), its per-problem evaluations, and its final
     policy's greedy pass@1 on each of `extra_tasks`."""
     records = grpo_runs.grpo_job(config)

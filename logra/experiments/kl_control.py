@@ -138,7 +138,7 @@ def grpo_config(cfg: dict[str, Any], run: Run) -> grpo.GRPOConfig:
     return grpo_runs.grpo_config(cfg, run)
 
 
-def _job(config: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _job(config: grpo.GRPOConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One GRPO run (or its cached records) and its per-problem evaluations."""
     records = grpo_runs.grpo_job(config)
     return records, pd.read_csv(grpo.run_dir(config) / runner.PROBLEMS_FILE)

@@ -41,8 +41,8 @@ def trl_run(config: GRPOConfig) -> pd.DataFrame:
     torch.set_num_threads(config.threads)
     # the kit's prompts (the trainer's own evaluation and drift probe are not used)
     trainer = runner.Trainer(config.replace(eval_prompts=1, eval_samples=None,
-                                            eval_sampled_prompts=None, drift_probe_every=None),
-                             progress=False)
+                                            eval_sampled_prompts=None, drift_probe_every=None,
+                                            kl_drift_source=None), progress=False)
     prompts = trainer.train_prompts.select_columns(["prompt", "gold"])
     policy, tokenizer = load_policy(trainer.source)
 

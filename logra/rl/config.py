@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass
 
 from logra.config import ConfigError, as_number, load_config, read_spec
@@ -95,6 +95,12 @@ def resolve(
     return GRPOConfig.from_mapping(load_config(experiment, scale, base=EXPERIMENT, **merged))
 
 
+def _tuple_of_list(value: Any) -> Any:
+    """A YAML list as a tuple (a frozen config holds no mutable list); anything else as given,
+    for the type check to judge (a bare string is not split into letters)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid"))
 class GRPOConfig:
     """One GRPO run's settings: every key of experiments/grpo.yaml, typed and checked.
@@ -128,7 +134,7 @@ class GRPOConfig:
     kl_drift_source: Literal["probe"] | None
     lora_rank: Count
     lora_alpha: Positive
-    lora_targets: Annotated[list[str], Field(min_length=1)]
+    lora_targets: Annotated[tuple[str, ...], BeforeValidator(_tuple_of_list), Field(min_length=1)]
     group_size: Annotated[int, Field(ge=2)]  # advantages need a group standard deviation
     prompts_per_step: Count
     max_new_tokens: Count
@@ -187,13 +193,20 @@ class GRPOConfig:
             return cls(**values)
 
     def replace(self, **changes: Any) -> GRPOConfig:
-        """A copy with `changes`, validated again; ConfigError naming the first bad key."""
+        """A copy with `changes`, validated again; ConfigError naming the first bad key. An
+        integer given for a key that holds a float becomes a float, as in `resolve`, so that
+        `replace(lr=1)` and `resolve(lr=1)` name the same run directory."""
+        changes = {key: float(value) if isinstance(getattr(self, key, None), float)
+                   and isinstance(value, int) and not isinstance(value, bool) else value
+                   for key, value in changes.items()}
         with _named_errors():
             return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """{key: value}, in the YAML's order: what manifests, checkpoints and hashes hold."""
-        return dataclasses.asdict(self)
+        """{key: value}, in the YAML's order, lists as lists: what manifests, checkpoints and
+        hashes hold (the YAML's and the JSON's types, so old manifests compare equal)."""
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in dataclasses.asdict(self).items()}
 
 
 KEYS = tuple(field.name for field in dataclasses.fields(GRPOConfig))
@@ -212,16 +225,19 @@ def _config_error(err: ValidationError) -> ConfigError:
     first = err.errors()[0]
     if first["type"] == "value_error" and isinstance(first["ctx"]["error"], ConfigError):
         return first["ctx"]["error"]  # a rule of __post_init__, worded already
-    key = str(first["loc"][0])
+    key = str(first["loc"][0]) if first["loc"] else "config"
     if first["type"] == "unexpected_keyword_argument":
         return ConfigError(f"unknown key {key!r}; valid keys: {sorted(KEYS)}")
     if first["type"] == "missing":
         return ConfigError(f"missing key {key!r}: a GRPO config sets every key of "
                            f"experiments/{EXPERIMENT}.yaml")
     # a union (int | float) fails once per member: "a valid integer or a valid number"
-    wanted = dict.fromkeys(e["msg"].lower().removeprefix("input should be ")
-                           for e in err.errors() if e["loc"][:1] == first["loc"][:1])
-    return ConfigError(f"{key}: input should be {' or '.join(wanted)}, got {first['input']!r}")
+    said = list(dict.fromkeys(e["msg"][0].lower() + e["msg"][1:] for e in err.errors()
+                              if e["loc"][:1] == first["loc"][:1]))
+    prefix = "input should be "
+    if all(text.startswith(prefix) for text in said):
+        said = [prefix + " or ".join(text.removeprefix(prefix) for text in said)]
+    return ConfigError(f"{key}: {'; '.join(said)}, got {first['input']!r}")
 
 
 def _check_model(model: str) -> None:
