@@ -262,7 +262,7 @@ def test_sft_trains_on_no_held_out_question(tmp_path) -> None:
 
     cfg = tq.config("smoke", task="sft", data_dir=str(tmp_path), sft_validation_rows=2000,
                     sft_test_rows=500)
-    data = SftBenchmark({k: cfg[k] for k in (*SFT_KEYS, "data_dir", "results_dir")}
+    data = SftBenchmark({k: cfg[k] for k in (*SFT_KEYS, "seeds", "data_dir", "results_dir")}
                         | {"results_dir": str(tmp_path)})
     train = set(data.rows["train"]["prompt"])
     assert len(data.rows["validation"]["prompt"]) == 2000
@@ -281,12 +281,14 @@ def test_sft_runs_start_from_one_pretrained_base_trained_once(tmp_path, monkeypa
                     results_dir=str(tmp_path), sft_base_steps=4)
     quality_data._cached.cache_clear()
     data = quality_data.benchmark(cfg)
-    assert data.base_path.is_file() and data.base_path.suffix == ".safetensors"
-    assert data.base_path.parent == tmp_path / tq.EXPERIMENT
+    base = data.base_path(quality_data.BASE_SEED)
+    assert base.is_file() and base.suffix == ".safetensors"
+    assert base.parent == tmp_path / tq.EXPERIMENT
+    assert sorted(p.name for p in base.parent.glob("sft-base-*")) == [base.name]  # one base
 
     quality_data._cached.cache_clear()
     monkeypatch.setattr(quality_data.SftBenchmark, "_pretrain_base",
-                        lambda self: pytest.fail("the cached base was trained again"))
+                        lambda self, seed: pytest.fail("the cached base was trained again"))
     again = quality_data.benchmark(cfg)
     first, second = again.model(0).state_dict(), again.model(1).state_dict()
     assert all(torch.equal(first[k], second[k]) for k in first)
@@ -301,10 +303,34 @@ def test_sft_runs_start_from_one_pretrained_base_trained_once(tmp_path, monkeypa
 
     longer = tq.config("smoke", task="sft", data_dir=str(tmp_path / "data"),
                        results_dir=str(tmp_path), sft_base_steps=5)
-    assert quality_data.SftBenchmark.base_path.fget(
-        type("Cfg", (), {"cfg": longer})()) != data.base_path
+    assert quality_data.SftBenchmark.base_path(type("Cfg", (), {"cfg": longer})(), 0) != base
     with pytest.raises(ConfigError, match="sft_base_task must be a task other than gsm-synth"):
         tq.config("smoke", task="sft", sft_base_task="gsm-synth")
+
+
+def test_with_a_base_per_seed_each_seed_fine_tunes_its_own_base(tmp_path) -> None:
+    """`sft_base_per_seed`: seed s starts from the base pretrained from seed s (its own file),
+    so the base varies with the seeds; one seed's base is the same whichever seed reads it
+    and is the one base's when s is BASE_SEED."""
+    from logra.experiments import quality_data
+
+    keys = dict(task="sft", data_dir=str(tmp_path / "data"), results_dir=str(tmp_path),
+                sft_base_steps=4, seeds=[0, 1])
+    quality_data._cached.cache_clear()
+    each = quality_data.benchmark(tq.config("smoke", sft_base_per_seed=True, **keys))
+    paths = [each.base_path(seed) for seed in (0, 1)]
+    assert all(p.is_file() for p in paths) and paths[0] != paths[1]
+    zero, one = each.model(0).state_dict(), each.model(1).state_dict()
+    assert any(not torch.equal(zero[k], one[k]) for k in zero)
+    assert all(torch.equal(one[k], v) for k, v in each.model(1).state_dict().items())
+    quality_data._cached.cache_clear()
+    shared = quality_data.benchmark(tq.config("smoke", **keys)).model(1).state_dict()
+    assert all(torch.equal(zero[k], shared[k]) for k in zero)  # the one base is seed 0's
+    quality_data._cached.cache_clear()
+    bases, default = tq.config("bases"), tq.config("default")
+    assert bases["sft_base_per_seed"] and not default["sft_base_per_seed"]
+    assert {k: v for k, v in bases.items() if k not in ("sft_base_per_seed", "scale")} == {
+        k: v for k, v in default.items() if k not in ("sft_base_per_seed", "scale")}
 
 
 def test_every_rank_s_best_rate_is_bracketed(monkeypatch, tmp_path) -> None:

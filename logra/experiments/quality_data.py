@@ -7,7 +7,8 @@
           the `sft_model` proxy's Qwen2 architecture trained once with AdamW on the reference
           solutions of `sft_base_task` (math-synth: other questions, the same characters;
           `sft_base_steps` steps at `sft_base_lr`, warm-up and cosine decay as every run),
-          cached under <results_dir>/training_quality/; every run starts from it and fine-tunes
+          cached under <results_dir>/training_quality/; every run starts from it (or, with
+          `sft_base_per_seed`, from the base pretrained with the run's own seed) and fine-tunes
           on gsm-synth reference solutions, the loss on the completion only. Validation is the
           last `sft_validation_rows` rows of gsm-synth's train split, test the first
           `sft_test_rows` rows of its test split, and no training row asks a held-out question
@@ -55,18 +56,19 @@ def benchmark(cfg: dict[str, Any]) -> Benchmark:
     """The benchmark `cfg["task"]` names, built once per process (a worker trains many runs)."""
     if cfg["task"] not in TASKS:
         raise ValueError(f"unknown task {cfg['task']!r}; valid: {list(TASKS)}")
-    keys = TEXT_KEYS if cfg["task"] == "text" else (*SFT_KEYS, "data_dir", "results_dir")
-    # (data_dir and results_dir say where, not what)
+    keys = TEXT_KEYS if cfg["task"] == "text" else (*SFT_KEYS, "seeds", "data_dir", "results_dir")
+    # (data_dir and results_dir say where, not what; seeds, which bases to pretrain up front)
     return _cached(cfg["task"], json.dumps({k: cfg[k] for k in keys}, sort_keys=True))
 
 
 TEXT_KEYS = ("corpus", "heldout", "hidden_size", "intermediate_size", "layers", "heads",
              "context", "batch_size", "steps", "validation_windows", "test_windows")
 SFT_KEYS = ("sft_model", "batch_size", "steps", "sft_validation_rows", "sft_test_rows",
-            "sft_base_task", "sft_base_steps", "sft_base_lr", "min_lr_ratio", "clip")
+            "sft_base_task", "sft_base_steps", "sft_base_lr", "sft_base_per_seed",
+            "min_lr_ratio", "clip")
 BASE_KEYS = ("sft_model", "batch_size", "sft_base_task", "sft_base_steps", "sft_base_lr",
              "min_lr_ratio", "clip")  # what the sft base depends on
-BASE_SEED = 0  # the sft base's initialization and data order
+BASE_SEED = 0  # the one sft base's initialization and data order (without sft_base_per_seed)
 
 
 @functools.lru_cache(maxsize=2)
@@ -149,8 +151,15 @@ class SftBenchmark:
         with no_dataset_bars():
             rows = rows.filter(lambda row: row["prompt"] not in held)[:]
         self.rows = {"train": rows, "validation": validation, "test": test}
-        if not self.base_path.exists():  # once, before any worker starts (`benchmark`)
-            self._pretrain_base()
+        for seed in dict.fromkeys(map(self.base_seed, cfg["seeds"])):
+            if not self.base_path(seed).exists():  # before any worker starts (`benchmark`)
+                self._pretrain_base(seed)
+
+    def base_seed(self, seed: int) -> int:
+        """The seed of the base a run of `seed` fine-tunes: its own with `sft_base_per_seed`
+        (the base then varies with the seeds, and a verdict paired by seed averages over
+        bases), else `BASE_SEED` (one base: a seed the run seeds do not vary)."""
+        return seed if self.cfg["sft_base_per_seed"] else BASE_SEED
 
     def _architecture(self) -> nn.Module:
         """The `sft_model` proxy's Qwen2 architecture, initialized from torch's global RNG."""
@@ -162,32 +171,36 @@ class SftBenchmark:
         return Qwen2ForCausalLM(qwen2_config(get_scale(self.cfg["sft_model"]), self.tokenizer))
 
     def model(self, seed: int) -> nn.Module:
-        """The pretrained base (every seed starts from the same weights); torch's RNG is then
-        seeded with `seed` for what the optimizer draws (LoRA's adapters)."""
+        """The pretrained base of `seed` (`base_seed`: one base for every seed by default);
+        torch's RNG is then seeded with `seed` for what the optimizer draws (LoRA's adapters)."""
         from safetensors.torch import load_model
 
-        torch.manual_seed(BASE_SEED)
+        base = self.base_seed(seed)
+        if not self.base_path(base).exists():  # a seed the config did not list
+            self._pretrain_base(base)
+        torch.manual_seed(base)
         model = self._architecture()
-        load_model(model, self.base_path)
+        load_model(model, self.base_path(base))
         torch.manual_seed(seed)
         return model
 
-    @property
-    def base_path(self) -> Path:
-        """<results_dir>/training_quality/sft-base-<digest>.safetensors: the digest covers the
-        base's settings and the code that trains it."""
+    def base_path(self, seed: int) -> Path:
+        """<results_dir>/training_quality/sft-base-<digest>.safetensors of the base pretrained
+        with `seed`: the digest covers the base's settings, its seed and the code that trains
+        it."""
         from logra.provenance import fingerprint
 
         cfg = self.cfg
         keys = {k: cfg[k] for k in BASE_KEYS}
-        keys["code"] = fingerprint("experiments/quality_data.py")
+        keys.update(seed=seed, code=fingerprint("experiments/quality_data.py"))
         digest = hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
         return Path(cfg["results_dir"]) / "training_quality" / f"sft-base-{digest}.safetensors"
 
-    def _pretrain_base(self) -> None:
-        """Train the base (AdamW at `sft_base_lr`, `sft_base_steps` steps of `batch_size`
-        solutions of `sft_base_task`, warm-up over a tenth of them then cosine decay to
-        `min_lr_ratio`, gradients clipped to `clip`) and write it atomically to `base_path`."""
+    def _pretrain_base(self, seed: int) -> None:
+        """Train the base of `seed` (its initialization and data order; AdamW at `sft_base_lr`,
+        `sft_base_steps` steps of `batch_size` solutions of `sft_base_task`, warm-up over a
+        tenth of them then cosine decay to `min_lr_ratio`, gradients clipped to `clip`) and
+        write it atomically to `base_path(seed)`."""
         from safetensors.torch import save_model
         from tqdm.auto import tqdm
 
@@ -198,13 +211,13 @@ class SftBenchmark:
         cfg = self.cfg
         task, steps = cfg["sft_base_task"], cfg["sft_base_steps"]
         rows = to_sft(load_task(task, "train", cfg["data_dir"]), task)[:]
-        torch.manual_seed(BASE_SEED)
+        torch.manual_seed(seed)
         model = self._architecture()
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["sft_base_lr"], weight_decay=0.0)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, warmup_cosine(max(1, steps // 10), steps, cfg["min_lr_ratio"]))
-        generator = torch.Generator().manual_seed(BASE_SEED)
-        for _ in tqdm(range(steps), desc=f"sft base: AdamW on {task}", leave=False):
+        generator = torch.Generator().manual_seed(seed)
+        for _ in tqdm(range(steps), desc=f"sft base {seed}: AdamW on {task}", leave=False):
             picked = torch.randint(len(rows["prompt"]), (cfg["batch_size"],),
                                    generator=generator).tolist()
             batch = collate(self.tokenizer, [rows["prompt"][r] for r in picked],
@@ -218,7 +231,7 @@ class SftBenchmark:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             schedule.step()
-        with io.atomic_path(self.base_path) as tmp:
+        with io.atomic_path(self.base_path(seed)) as tmp:
             save_model(model, str(tmp))
 
     def _collate(self, split: str, rows: list[int]) -> dict[str, Tensor]:
