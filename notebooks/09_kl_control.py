@@ -31,8 +31,8 @@
 #   its own lr;
 # * **stress** at the largest lr: does the naive projection run away (C5), does the control
 #   prevent a runaway (C6)?
-# * **drift budget** (beyond the report; the `full` and `small-batch` scales): a bound on
-#   KL(π_θ ‖ π_ref) against GRPO's β·KL penalty, fixed and adaptive;
+# * **drift budget** (beyond the report): a bound on KL(π_θ ‖ π_ref) against GRPO's β·KL
+#   penalty, fixed and adaptive, at the stress lr where each of them binds;
 # * **cost**: seconds per step with and without the control.
 #
 # All logic lives in `logra.experiments.kl_control`.
@@ -52,20 +52,22 @@ figures_dir = None  # None: figures/ at the default scale, else results/<scale>/
 seeds = None  # e.g. [0, 1, 2]; None: the scale's
 steps = None  # GRPO steps per run; None: the scale's
 results_dir = None  # where runs are cached; None: the scale's (results/)
+studies = None  # which parts run, of "frontier", "budget", "cost"; None: the scale's (all)
 
 # %%
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
-cfg = kc.config(scale, seeds=seeds, steps=steps, results_dir=results_dir)
+cfg = kc.config(scale, seeds=seeds, steps=steps, results_dir=results_dir, studies=studies)
 runs = kc.plan(cfg)
-example = kc.grpo_config(cfg, runs[0])
-print(f"scale {scale!r}: {len(runs)} runs of {cfg['steps']} steps on {example.model} "
-      f"({example.prompts_per_step} prompts × {example.group_size} samples per step), "
-      f"greedy pass@1 on {cfg['eval_prompts']:,} held-out problems, "
-      f"{worker_count(cfg['workers'])} worker(s)")
-print("one of the runs:", grpo_runs.command(example))
-start = time.perf_counter()
-frame, problems = kc.run(cfg)
-print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")
+print(f"scale {scale!r}, studies {cfg['studies']}: {len(runs)} runs")
+if runs:
+    example = kc.grpo_config(cfg, runs[0])
+    print(f"{example.model}, {example.prompts_per_step} prompts × {example.group_size} samples "
+          f"per step, greedy pass@1 on {cfg['eval_prompts']:,} held-out problems, "
+          f"{worker_count(cfg['workers'])} worker(s)")
+    print("one of the runs:", grpo_runs.command(example))
+    start = time.perf_counter()
+    frame, problems = kc.run(cfg)
+    print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")
 
 # %% [markdown]
 # ## 1 · The frontier: held-out pass@1 against the drift from the reference
@@ -76,8 +78,11 @@ print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")
 # the same KL than the lr cut; below it, less.
 
 # %%
-report.show_figure(kc.plot_frontier(frame, problems, cfg), "kl_control_frontier", figures_dir)
-report.show_table(kc.frontier_table(frame, problems, cfg), "kl_control_frontier", figures_dir)
+if "frontier" in cfg["studies"]:
+    report.show_figure(kc.plot_frontier(frame, problems, cfg), "kl_control_frontier",
+                       figures_dir)
+    report.show_table(kc.frontier_table(frame, problems, cfg), "kl_control_frontier",
+                      figures_dir)
 
 # %% [markdown]
 # The lr-matched baseline, per controlled point and measure: the lr cut's pass@1 at the same
@@ -86,15 +91,17 @@ report.show_table(kc.frontier_table(frame, problems, cfg), "kl_control_frontier"
 # lr (Holm's correction over the table; significant where p < `alpha`).
 
 # %%
-report.show_table(kc.lr_matched_table(frame, problems, cfg), "kl_control_lr_matched",
-                  figures_dir)
+if "frontier" in cfg["studies"]:
+    report.show_table(kc.lr_matched_table(frame, problems, cfg), "kl_control_lr_matched",
+                      figures_dir)
 
 # %% [markdown]
 # ## 2 · Stress: the largest learning rate
 
 # %%
-report.show_figure(kc.plot_runs(frame, cfg), "kl_control_stress", figures_dir)
-report.show_table(kc.stress_table(frame, problems, cfg), "kl_control_stress", figures_dir)
+if "frontier" in cfg["studies"]:
+    report.show_figure(kc.plot_runs(frame, cfg), "kl_control_stress", figures_dir)
+    report.show_table(kc.stress_table(frame, problems, cfg), "kl_control_stress", figures_dir)
 
 # %% [markdown]
 # ## 3 · A budget on the drift from the reference, against the soft controls
@@ -103,11 +110,15 @@ report.show_table(kc.stress_table(frame, problems, cfg), "kl_control_stress", fi
 # enforced on the KL measured on each step's sampled batch before the step (the largest of the
 # last few), or fed by the **drift probe** (the KL to the reference on the same held-out
 # completions' seeds every few steps, the dots: its changes are the policy's, not the draw's).
-# Not run at the default scale (`budget_runs` is empty there): `--scale full` runs it in this
-# regime, `--scale small-batch` in the earlier one.
+# LoGRA at lr 1e-3, where without control it drifts to ~0.09 nats and loses greedy pass@1 (the
+# stress point above), so each control binds; each aims at ~0.03 nats, the final KL of the lr
+# cut at 3e-4 and of δ = 0.005 at 1e-3 in the frontier, so all can be read at one KL. The
+# paired columns compare each setting with "no control", problem by problem. The default runs
+# seed 0; `--scale full` runs three seeds and the probe-fed budget, `--scale small-batch` the
+# earlier regime.
 
 # %%
-if cfg["budget_runs"]:
+if "budget" in cfg["studies"] and cfg["budget_runs"]:
     report.show_figure(kc.plot_budget(frame, problems, cfg), "kl_control_budget", figures_dir)
     report.show_table(kc.budget_table(frame, problems, cfg), "kl_control_budget", figures_dir)
 
@@ -119,7 +130,8 @@ if cfg["budget_runs"]:
 # whole batch, timed in turns in one process on one thread at the runs' batch.
 
 # %%
-report.show_table(kc.control_cost(cfg), "kl_control_cost", figures_dir)
+if "cost" in cfg["studies"]:
+    report.show_table(kc.control_cost(cfg), "kl_control_cost", figures_dir)
 
 # %% [markdown]
 # ## Claims at proxy scale
@@ -131,5 +143,7 @@ report.show_table(kc.control_cost(cfg), "kl_control_cost", figures_dir)
 # `runaway_kl`, the controlled one never does, and its greedy pass@1 is no lower.
 
 # %%
-print({k: cfg[k] for k in ("smooth_steps", "final_steps", "runaway_kl", "c5_window", "c6_factor")})
-report.show_claims(kc.claims(frame, problems, cfg), "kl_control", figures_dir)
+if "frontier" in cfg["studies"]:
+    print({k: cfg[k] for k in ("smooth_steps", "final_steps", "runaway_kl", "c5_window",
+                               "c6_factor")})
+    report.show_claims(kc.claims(frame, problems, cfg), "kl_control", figures_dir)

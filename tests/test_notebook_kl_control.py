@@ -30,7 +30,30 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
     budget = [r for r in runs if r.study == "budget"]
     assert {r.setting for r in budget} == set(cfg["budget_runs"])
     assert len(budget) == len(cfg["budget_runs"]) * len(cfg["budget_seeds"])
-    assert not [r for r in kc.plan(kc.config("default")) if r.study == "budget"]
+    # the default runs the budget study at the stress lr, where the uncontrolled run drifts
+    default = kc.config("default")
+    assert default["budget_lr"] == default["stress_lr"]
+    assert {r.setting for r in kc.plan(default) if r.study == "budget"} == set(
+        default["budget_runs"])
+
+
+@pytest.mark.parametrize("studies", [["budget"], ["frontier"], ["cost"], ["frontier", "budget"]])
+def test_studies_select_the_runs_planned(studies) -> None:
+    runs = kc.plan(kc.config("full", studies=studies))
+    assert {r.study for r in runs} == set(studies) - {"cost"}
+    everything = kc.plan(kc.config("full"))
+    assert runs == [r for r in everything if r.study in studies]
+
+
+@pytest.mark.parametrize("studies", [[], ["budget", "sweep"], "budget"])
+def test_bad_studies_fail_before_any_run(studies) -> None:
+    with pytest.raises(ValueError, match="studies must be"):
+        kc.config("default", studies=studies)
+
+
+def test_budget_study_alone_needs_no_stress_points() -> None:
+    cfg = kc.config("default", studies=["budget"], points=[["logra", 1e-3]])
+    assert {r.study for r in kc.plan(cfg)} == {"budget"}
 
 
 def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
@@ -43,9 +66,9 @@ def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
     assert controlled.eval_every == controlled.steps == cfg["steps"]
     free = kc.grpo_config(cfg, runs[("frontier", "logra-nokl", 1e-3, None, "", 0)])
     assert free.optimizer == "logra" and free.predicted_kl_threshold is None
-    budget = kc.grpo_config(cfg, runs[("budget", "logra-nokl", 3e-4, None,
-                                       "drift budget B = 0.02", 1)])
-    assert budget.kl_drift_budget == 0.02 and budget.predicted_kl_threshold is None
+    budget = kc.grpo_config(cfg, runs[("budget", "logra-nokl", 1e-3, None,
+                                       "drift budget B = 0.03", 1)])
+    assert budget.kl_drift_budget == 0.03 and budget.predicted_kl_threshold is None
     assert budget.steps == cfg["budget_steps"] and budget.drift_probe_every == 20
     dirs = {grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)}
     assert len(dirs) == len(kc.plan(cfg))  # each run is its own cached directory
@@ -131,6 +154,30 @@ def test_lr_matched_table_sets_the_control_against_the_lr_cut() -> None:
     assert row["nearest lr cut: lr"] in (1e-4, 1e-3)
     assert row["Δ vs no control at this lr (pts)"] == pytest.approx(20.0)
     assert row["Δ vs no control, p (Holm)"] < 1e-6  # 80 problems gained, none lost
+
+
+def test_budget_table_tests_each_setting_against_the_first_problem_by_problem() -> None:
+    n = 400
+    solved = lambda k: [1.0] * k + [0.0] * (n - k)  # noqa: E731
+    frame, problems = _runs({("logra-nokl", 1e-3, None): (0.1, solved(120)),
+                             ("logra-nokl", 2e-3, None): (0.03, solved(200)),
+                             ("logra-nokl", 3e-3, None): (0.05, solved(122))})
+    # the same method and lr in every setting: only the setting tells the runs apart
+    settings = {2e-3: "drift budget", 3e-3: "fixed β", 1e-3: "no control"}
+    for table in (frame, problems):
+        known = table["lr"].isin(list(settings))
+        table.loc[known, "setting"] = table.loc[known, "lr"].map(settings)
+        table.loc[known, "study"] = "budget"
+        table.loc[known, "lr"] = 1e-3
+    frame = frame.assign(drift_kl=np.nan)
+    table = kc.budget_table(frame, problems, _cfg()).set_index("setting")
+    assert list(table.index) == ["no control", "drift budget", "fixed β"]
+    assert table.loc["no control", "final KL to ref, mean"] == pytest.approx(0.1 * 19.5 / 20)
+    assert math.isnan(table.loc["no control", "greedy: Δ vs no control (pts)"])
+    assert table.loc["drift budget", "greedy: Δ vs no control (pts)"] == pytest.approx(20.0)
+    assert table.loc["drift budget", "greedy: p (Holm)"] < 1e-6  # 80 gained, none lost
+    assert table.loc["fixed β", "greedy: Δ vs no control (pts)"] == pytest.approx(0.5)
+    assert table.loc["fixed β", "greedy: p (Holm)"] > 0.1  # 2 problems: no difference
 
 
 def test_c5_stress_rule() -> None:

@@ -60,6 +60,7 @@ BASE = "base"  # the policy before RL, in `problems`
 MEASURES = ("greedy", "sampled")
 # a controlled method's twin without the control: its lr cut
 FREE = {"adamw-kl": "adamw", "logra": "logra-nokl"}
+STUDIES = ("frontier", "budget", "cost")  # the parts `studies` can select
 DELTA_MARKERS = ("^", "s", "D", "v", "P", "X")  # one per δ, in the order of `points`
 
 
@@ -97,11 +98,14 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     """experiments/kl_control.yaml at `scale`, with the `overrides` that are not None on top
     (a notebook's parameters pass None for "the scale's value"), checked."""
     cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
+    studies = cfg["studies"]
+    if not studies or not set(studies) <= set(STUDIES):
+        raise ValueError(f"studies must be a non-empty list of {list(STUDIES)}, got {studies!r}")
     points = _points(cfg)
     if not points:
         raise ValueError("points must be non-empty")
     stress = {m for m, lr, _ in points if lr == cfg["stress_lr"]}
-    if not {"adamw", "naive"} <= stress:
+    if "frontier" in studies and not {"adamw", "naive"} <= stress:
         raise ValueError(f"points must hold adamw and naive at stress_lr {cfg['stress_lr']:g} "
                          f"(the C5 stress test); they hold {sorted(stress)}")
     if cfg["budget_runs"] and not (cfg["budget_method"] in METHODS
@@ -117,12 +121,16 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
 
 
 def plan(cfg: dict[str, Any]) -> list[Run]:
-    """Every run: the points at every seed, then the budget study's (each budget run also has
-    its `setting`, its name in `budget_runs`, and the GRPO keys that setting gives), each
-    evaluated before and after training."""
-    runs = [Run(study="frontier", method=method, lr=lr, delta=delta, seed=seed,
-                eval_every=cfg["steps"])
-            for method, lr, delta in _points(cfg) for seed in cfg["seeds"]]
+    """Every run of the `studies` asked for: the points at every seed, then the budget study's
+    (each budget run also has its `setting`, its name in `budget_runs`, and the GRPO keys that
+    setting gives), each evaluated before and after training."""
+    runs = []
+    if "frontier" in cfg["studies"]:
+        runs += [Run(study="frontier", method=method, lr=lr, delta=delta, seed=seed,
+                     eval_every=cfg["steps"])
+                 for method, lr, delta in _points(cfg) for seed in cfg["seeds"]]
+    if "budget" not in cfg["studies"]:
+        return runs
     # the budget is judged on the probe, not the noisy batch KL
     probe = (("drift_probe_every", cfg["budget_probe_every"]),
              ("drift_probe_prompts", cfg["budget_probe_prompts"]))
@@ -389,11 +397,16 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
     """Per setting of the budget study: the KL to the reference at the end and at its highest,
     on the batches (noisy: each is B fresh completions) and on the drift probe (the same
     held-out completions' seeds every `budget_probe_every` steps: the budget holds when the
-    highest probe stays under it), steps cut, the final β, reward and held-out greedy pass@1
-    (seed mean and range)."""
+    highest probe stays under it), steps cut, the final β, reward, held-out pass@1 and the
+    paired per-problem difference to the first setting (the reference, "no control"), with
+    Holm's correction over the table."""
     runs = _runs(frame, "budget")
     summary = per_run(runs, problems, cfg)
-    rows = []
+    settings = list(summary["setting"].drop_duplicates())
+    evaluated = problems[problems["study"] == "budget"]
+    per_problem = {s: evaluated[evaluated["setting"] == s].groupby("problem")[list(MEASURES)]
+                   .agg(["mean", "count"]) for s in settings}
+    rows, tests = [], []
     for setting, r in summary.groupby("setting", sort=False):
         mine = runs[runs["setting"] == setting]
         probes = mine.dropna(subset=["drift_kl"]).sort_values("step").groupby("seed")["drift_kl"]
@@ -410,7 +423,17 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
             **{f"{m} pass@1 (%)": 100 * r[m].mean() for m in measured(problems)},
             "greedy gain (pts)": 100 * (r["greedy"] - r["greedy_before"]).mean(),
         })
-    return pd.DataFrame(rows)
+        for measure in measured(problems):
+            column = f"{measure}: Δ vs {settings[0]} (pts)"
+            rows[-1][column] = rows[-1][f"{measure}: p (Holm)"] = math.nan
+            if setting != settings[0]:
+                versus = paired(per_problem[settings[0]], per_problem[setting], measure)
+                rows[-1][column] = 100 * versus.difference
+                tests.append((len(rows) - 1, f"{measure}: p (Holm)", versus.p))
+    table = pd.DataFrame(rows)
+    for (i, column, _), p in zip(tests, holm([t[2] for t in tests]), strict=True):
+        table.loc[i, column] = p
+    return table
 
 
 def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
