@@ -30,6 +30,7 @@ examples:
   logra-repro reproduce --scale 1.5b --only 03_kl_trajectories   a GPU scale, its notebooks only
   logra-repro reproduce --pin avx2 --only 01_sketch_error   CPU floating point pinned (below)
   logra-repro reproduce --backend ray                  the sweeps' runs as tasks on a Ray cluster
+  logra-repro reproduce --only 09_kl_control -p 'studies=[budget]'   a part of a notebook
   logra-repro prepare --scale proxy-1m                 warm up a proxy policy (cached)
   logra-repro run grpo --scale smoke optimizer=logra   one GRPO run of the packaged config
   logra-repro run my_grpo.yaml --results-dir /data/logra lr=3e-4   your keys over grpo.yaml's
@@ -83,9 +84,31 @@ def _pinned_rerun(pin: str, argv: list[str]) -> int | None:
                           env={**os.environ, **pinned}, check=False).returncode
 
 
+def parse_parameters(pairs: list[str]) -> dict[str, object]:
+    """`NAME=VALUE` strings -> {NAME: VALUE parsed as YAML}; ValueError naming a bad pair."""
+    import yaml
+
+    parameters: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--param {pair!r} is not NAME=VALUE")
+        if name in parameters:
+            raise ValueError(f"--param {name} given twice")
+        try:
+            parameters[name] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ValueError(f"--param {name}: {value!r} is not YAML ({err})") from None
+    return parameters
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     try:
-        notebooks.check_scale(args.scale, notebooks.ordered(args.only))
+        names = notebooks.ordered(args.only)
+        notebooks.check_scale(args.scale, names)
+        parameters = parse_parameters(args.param)
+        notebooks.check_parameters(
+            parameters, {name: notebooks.declared_parameters(name) for name in names})
     except ValueError as err:
         return usage_error(args.parser, str(err))
     if args.pin is not None:
@@ -109,7 +132,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     try:
         notebooks.reproduce(args.scale, only=args.only, figures_dir=figures_dir,
                             results_dir=args.results_dir, rewrite_readme=rewrite_readme,
-                            record_times=args.record_times)
+                            record_times=args.record_times, parameters=parameters)
     except (notebooks.NotebookFailed, ValueError) as err:  # a notebook, a config, a build
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -209,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="smoke, default, or a scale the chosen notebooks define (below)")
     rep.add_argument("--only", nargs="+", choices=notebooks.ordered(), metavar="NOTEBOOK",
                      help="run only these notebooks (names without .ipynb; at least one)")
+    rep.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
+                     help="a value for the chosen notebooks' parameters cells, parsed as YAML, "
+                          "given to each notebook that declares NAME (repeatable; e.g. "
+                          "-p 'studies=[budget]' with --only 09_kl_control)")
     rep.add_argument("--results-dir", type=Path, help=results_help)
     rep.add_argument("--figures-dir", type=Path,
                      help="where figures and tables go (default: figures/ at --scale default, "

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from logra import config, paths
 from logra.paths import FIGURES_SCALE, project_root, results_root
@@ -166,15 +167,39 @@ def declared_parameters(name: str) -> set[str]:
     return set(pm.inspect_notebook(str(NOTEBOOKS_DIR / f"{name}.ipynb")))
 
 
+SET_BY_REPRODUCE = ("scale", "figures_dir", "results_dir", "readme", "rewrite_readme")
+"""Notebook parameters `reproduce` sets from its own arguments."""
+
+
+def check_parameters(parameters: dict[str, Any], declared: dict[str, set[str]]) -> None:
+    """ValueError unless every key of `parameters` is declared by one of the notebooks of
+    `declared` (name -> its parameters) and is none of `SET_BY_REPRODUCE`."""
+    own = sorted(set(parameters) & set(SET_BY_REPRODUCE))
+    if own:
+        raise ValueError(f"parameters {own} are set by reproduce's own options (--scale, "
+                         "--figures-dir, --results-dir, --rewrite-readme), not by a parameter")
+    for key in parameters:
+        if not any(key in names for names in declared.values()):
+            offered = sorted(set().union(*declared.values()) - set(SET_BY_REPRODUCE))
+            raise ValueError(f"no notebook of {list(declared)} has a parameter {key!r}; "
+                             f"theirs: {offered}")
+
+
 def reproduce(scale: str, only: list[str] | None = None,
               figures_dir: str | os.PathLike | None = None,
               executed_dir: str | os.PathLike | None = None,
               log: Callable[[str], object] = print,
               results_dir: str | os.PathLike | None = None,
               rewrite_readme: bool | None = None,
-              record_times: bool = False) -> dict[str, float]:
+              record_times: bool = False,
+              parameters: dict[str, Any] | None = None) -> dict[str, float]:
     """Build the proxy policies the notebooks need (`prepare_models`), then execute every
     notebook at `scale`; returns seconds per step ("prepare", then each notebook).
+
+    `parameters`: values for the notebooks' `parameters` cells (e.g. {"studies": ["budget"]}),
+    each given to every chosen notebook that declares it (`check_parameters`: one none of them
+    declares, or one the options above set, is a ValueError before any compute). A run with
+    them does a part of the notebooks' work, so its wall times are not recorded.
 
     `figures_dir` None: `logra.paths.figures_dir(scale)`; `executed_dir` None:
     `<results>/notebooks` at the default scale, `<results>/<scale>/notebooks` otherwise;
@@ -189,6 +214,9 @@ def reproduce(scale: str, only: list[str] | None = None,
     """
     names = ordered(only)
     check_scale(scale, names)
+    parameters = parameters or {}
+    declared = {name: declared_parameters(name) for name in names}
+    check_parameters(parameters, declared)
     results = results_root(results_dir)
     figures = Path(figures_dir) if figures_dir is not None else paths.figures_dir(scale, results)
     if executed_dir is None:
@@ -208,18 +236,20 @@ def reproduce(scale: str, only: list[str] | None = None,
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name} (scale={scale}) ...")
         start = time.perf_counter()
-        declared = declared_parameters(name)
-        execute(name, {k: v for k, v in given.items() if k in declared}, executed_dir)
+        execute(name, {k: v for k, v in {**given, **parameters}.items() if k in declared[name]},
+                executed_dir)
         seconds[name] = time.perf_counter() - start
         log(f"[{i}/{len(names)}] {name} done in {seconds[name]:.0f} s")
+    log(f"figures and tables in {figures}; executed notebooks in {executed_dir}")
+    if parameters:  # a part of the notebooks' work: its times are not theirs
+        return seconds
     times = figures if record_times else results
     if only is None:
         save_wall_times(seconds, scale, times)
     elif (times / f"reproduce_time_{scale}.csv").exists():
         save_wall_times({k: v for k, v in seconds.items() if k != "prepare"}, scale, times,
                         update=True)
-    log(f"figures and tables in {figures}; executed notebooks in {executed_dir}; wall times in "
-        f"{times / f'reproduce_time_{scale}.md'}")
+    log(f"wall times in {times / f'reproduce_time_{scale}.md'}")
     return seconds
 
 

@@ -141,6 +141,33 @@ def test_only_the_default_scale_owns_figures_and_the_readme(executed, tmp_path) 
     assert executed_dir == tmp_path / "notebooks"
 
 
+def test_a_param_reaches_the_notebooks_that_declare_it_and_records_no_times(executed,
+                                                                            tmp_path) -> None:
+    """`-p NAME=VALUE` is parsed as YAML and given only to the chosen notebooks whose
+    parameters cell declares NAME; a run with one does part of the work, so no wall times."""
+    code = cli.main(["reproduce", "--scale", "smoke", "--only", "02_memory", "09_kl_control",
+                     "-p", "studies=[budget]", "--param", "seeds=[1, 2]",
+                     "--results-dir", str(tmp_path)])
+    assert code == 0
+    params = {name: params for name, params, _ in executed}
+    assert params["09_kl_control"]["studies"] == ["budget"]
+    assert params["09_kl_control"]["seeds"] == [1, 2]
+    assert "studies" not in params["02_memory"] and "seeds" not in params["02_memory"]
+    assert not (tmp_path / "reproduce_time_smoke.csv").exists()
+
+
+@pytest.mark.parametrize(("pair", "message"), [
+    ("studie=[budget]", "has a parameter 'studie'; theirs: ['seeds', 'steps', 'studies']"),
+    ("figures_dir=/tmp/x", "set by reproduce's own options"),
+    ("studies", "is not NAME=VALUE"),
+    ("studies=[budget", "is not YAML"),
+])
+def test_a_bad_param_exits_2_naming_it_before_any_compute(no_compute, capsys, pair,
+                                                          message) -> None:
+    assert exit_code(["reproduce", "--only", "09_kl_control", "-p", pair]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_check_compares_the_regenerated_figures_with_head_s(executed, monkeypatch,
                                                              tmp_path) -> None:
     """`reproduce --check` regenerates into <results>/check/figures, never over the committed
