@@ -132,13 +132,15 @@ def load_config(experiment: str | os.PathLike, scale: str = "default", *,
                 raise ConfigError(
                     f"unknown key {key!r} in {source}; valid keys: {sorted(defaults)}"
                 )
-            config[key] = _coerce(key, value, defaults[key])
+            config[key] = coerce(key, value, defaults[key])
     config["scale"] = scale
     return config
 
 
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    """Check `value` against the type of the default (ints may stand for floats)."""
+def coerce(key: str, value: Any, default: Any) -> Any:
+    """`value` checked against the type of `default`, the key's value in the config's
+    defaults: an int given for a float becomes a float, a tuple for a list a list; anything
+    else of another type is a ConfigError naming `key`. A None on either side passes."""
     if default is None or value is None:
         return value
     if isinstance(default, bool):

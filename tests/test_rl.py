@@ -292,6 +292,11 @@ def test_a_config_is_typed_frozen_and_validated_once(monkeypatch, tmp_path) -> N
     # an int for a float key becomes a float, as `resolve` makes it: one run, one directory
     assert cfg.run_dir(config.replace(lr=1)) == cfg.run_dir(
         cfg.resolve("grpo", "smoke", results_dir=str(tmp_path), lr=1))
+    # ... read against the packaged default, not the value it replaces: a key whose default
+    # is null keeps an int in both, whatever the copy held before
+    budgeted = config.replace(optimizer="logra", kl_drift_budget=0.5)
+    assert cfg.run_dir(budgeted.replace(kl_drift_budget=1)) == cfg.run_dir(cfg.resolve(
+        "grpo", "smoke", results_dir=str(tmp_path), optimizer="logra", kl_drift_budget=1))
 
     built = []
     from_mapping = cfg.GRPOConfig.from_mapping

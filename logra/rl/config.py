@@ -29,7 +29,7 @@ import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass
 
-from logra.config import ConfigError, as_number, load_config, read_spec
+from logra.config import ConfigError, as_number, coerce, load_config, read_spec
 from logra.data import TASKS
 from logra.models import SCALES
 from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
@@ -193,11 +193,12 @@ class GRPOConfig:
             return cls(**values)
 
     def replace(self, **changes: Any) -> GRPOConfig:
-        """A copy with `changes`, validated again; ConfigError naming the first bad key. An
-        integer given for a key that holds a float becomes a float, as in `resolve`, so that
-        `replace(lr=1)` and `resolve(lr=1)` name the same run directory."""
-        changes = {key: float(value) if isinstance(getattr(self, key, None), float)
-                   and isinstance(value, int) and not isinstance(value, bool) else value
+        """A copy with `changes`, validated again; ConfigError naming the first bad key. Each
+        value is read against the packaged default as `resolve` reads it (`logra.config.coerce`:
+        an int for a float key becomes a float), so that `replace(lr=1)` and `resolve(lr=1)`
+        name the same run directory."""
+        defaults = read_spec(EXPERIMENT)[0]
+        changes = {key: coerce(key, value, defaults[key]) if key in defaults else value
                    for key, value in changes.items()}
         with _named_errors():
             return dataclasses.replace(self, **changes)
