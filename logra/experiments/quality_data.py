@@ -152,8 +152,7 @@ class SftBenchmark:
             rows = rows.filter(lambda row: row["prompt"] not in held)[:]
         self.rows = {"train": rows, "validation": validation, "test": test}
         for seed in dict.fromkeys(map(self.base_seed, cfg["seeds"])):
-            if not self.base_path(seed).exists():  # before any worker starts (`benchmark`)
-                self._pretrain_base(seed)
+            self.pretrained_base(seed)  # here, before any worker starts (`benchmark`)
 
     def base_seed(self, seed: int) -> int:
         """The seed of the base a run of `seed` fine-tunes: its own with `sft_base_per_seed`
@@ -176,11 +175,10 @@ class SftBenchmark:
         from safetensors.torch import load_model
 
         base = self.base_seed(seed)
-        if not self.base_path(base).exists():  # a seed the config did not list
-            self._pretrain_base(base)
+        path = self.pretrained_base(base)  # trained here only for a seed the config did not list
         torch.manual_seed(base)
         model = self._architecture()
-        load_model(model, self.base_path(base))
+        load_model(model, path)
         torch.manual_seed(seed)
         return model
 
@@ -195,6 +193,13 @@ class SftBenchmark:
         keys.update(seed=seed, code=fingerprint("experiments/quality_data.py"))
         digest = hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
         return Path(cfg["results_dir"]) / "training_quality" / f"sft-base-{digest}.safetensors"
+
+    def pretrained_base(self, seed: int) -> Path:
+        """`base_path(seed)`, the base pretrained first if it is not there (`_pretrain_base`)."""
+        path = self.base_path(seed)
+        if not path.exists():
+            self._pretrain_base(seed)
+        return path
 
     def _pretrain_base(self, seed: int) -> None:
         """Train the base of `seed` (its initialization and data order; AdamW at `sft_base_lr`,
