@@ -101,8 +101,9 @@ def test_default_runs_are_notebook_04s_and_high_lr_notebook_09s_stress_runs() ->
         assert kt.grpo_config(cfg, method, 0) == comparison.grpo_config(
             theirs, Run(model="proxy-1m", method=method, seed=0, lr=lr))
     high, stress = kt.config("high-lr"), kl_control.config("default")
-    runs = {r.method: r for r in kl_control.plan(stress)
-            if r.lr == stress["stress_lr"] and r.delta in (None, stress["predicted_kl_threshold"])}
+    runs = {r.method: r for r in kl_control.plan(stress)  # the budget study shares the lr
+            if r.study == "frontier" and r.lr == stress["stress_lr"]
+            and r.delta in (None, stress["predicted_kl_threshold"])}
     for method in high["methods"]:
         assert kt.grpo_config(high, method, 0) == kl_control.grpo_config(stress, runs[method])
 
