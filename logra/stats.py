@@ -18,9 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.stats import binomtest, ttest_rel
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,11 @@ def holm(pvalues: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p[i]))
         adjusted[i] = running
     return adjusted.tolist()
+
+
+def holm_cells(table: pd.DataFrame, tests: Sequence[tuple[int, str, float]]) -> pd.DataFrame:
+    """`table` with each test's Holm-adjusted p-value (over all `tests`) written into its cell:
+    a test is (row position, column, raw p). Returns the table, changed in place."""
+    for (row, column, _), adjusted in zip(tests, holm([p for *_, p in tests]), strict=True):
+        table.loc[row, column] = adjusted
+    return table

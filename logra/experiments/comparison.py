@@ -61,7 +61,7 @@ from logra.methods import METHODS, palette
 from logra.models import SCALES
 from logra.rl import config as grpo
 from logra.rl import runner
-from logra.stats import Paired, holm, mcnemar, paired_t
+from logra.stats import Paired, holm, holm_cells, mcnemar, paired_t
 
 EXPERIMENT = "comparison"
 NOTEBOOK = "04_optimizer_comparison"
@@ -388,10 +388,7 @@ def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
                     row[f"{measure}_vs_dense"] = row[f"{measure}_vs_dense_se"] = np.nan
                     row[f"{measure}_vs_dense_p"] = np.nan
             rows.append(row)
-    table = pd.DataFrame(rows)
-    for (i, column, _), p in zip(tests, holm([t[2] for t in tests]), strict=True):
-        table.loc[i, column] = p
-    return table
+    return holm_cells(pd.DataFrame(rows), tests)
 
 
 def significant(p: float, cfg: dict[str, Any]) -> bool:

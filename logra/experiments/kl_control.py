@@ -52,7 +52,7 @@ from logra.experiments.report import ClaimRow
 from logra.methods import METHODS
 from logra.rl import config as grpo
 from logra.rl import runner
-from logra.stats import holm
+from logra.stats import holm_cells
 
 EXPERIMENT = "kl_control"
 NOTEBOOK = "09_kl_control"
@@ -341,6 +341,11 @@ def _per_problem(problems: pd.DataFrame, method: str, lr: float, delta: float) -
     rows = problems[(problems["method"] == method) & (problems["lr"] == lr)
                     & (problems["delta"].isna() if math.isnan(delta)
                        else problems["delta"] == delta)]
+    return _by_problem(rows)
+
+
+def _by_problem(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per problem of `rows`: the mean over seeds and the count of each measure."""
     return rows.groupby("problem")[list(MEASURES)].agg(["mean", "count"])
 
 
@@ -386,10 +391,7 @@ def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str,
                 row["Δ vs no control at this lr (pts)"] = 100 * versus.difference
                 tests.append((len(rows), "Δ vs no control, p (Holm)", versus.p))
             rows.append(row)
-    table = pd.DataFrame(rows)
-    for (i, column, _), p in zip(tests, holm([t[2] for t in tests]), strict=True):
-        table.loc[i, column] = p
-    return table
+    return holm_cells(pd.DataFrame(rows), tests)
 
 
 def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
@@ -404,8 +406,7 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
     summary = per_run(runs, problems, cfg)
     settings = list(summary["setting"].drop_duplicates())
     evaluated = problems[problems["study"] == "budget"]
-    per_problem = {s: evaluated[evaluated["setting"] == s].groupby("problem")[list(MEASURES)]
-                   .agg(["mean", "count"]) for s in settings}
+    per_problem = {s: _by_problem(evaluated[evaluated["setting"] == s]) for s in settings}
     rows, tests = [], []
     for setting, r in summary.groupby("setting", sort=False):
         mine = runs[runs["setting"] == setting]
@@ -430,10 +431,7 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
                 versus = paired(per_problem[settings[0]], per_problem[setting], measure)
                 rows[-1][column] = 100 * versus.difference
                 tests.append((len(rows) - 1, f"{measure}: p (Holm)", versus.p))
-    table = pd.DataFrame(rows)
-    for (i, column, _), p in zip(tests, holm([t[2] for t in tests]), strict=True):
-        table.loc[i, column] = p
-    return table
+    return holm_cells(pd.DataFrame(rows), tests)
 
 
 def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
