@@ -556,8 +556,14 @@ def _errorbar(ax: plt.Axes, r: pd.DataFrame, measure: str, **style: Any) -> None
     """One point at the seed means of final KL and `measure` (%), bars over the seed range."""
     kl = r["final_kl"].clip(lower=KL_FLOOR)
     y = 100 * r[measure]
-    ax.errorbar([kl.mean()], [y.mean()], xerr=[[kl.mean() - kl.min()], [kl.max() - kl.mean()]],
-                yerr=[[y.mean() - y.min()], [y.max() - y.mean()]], capsize=3, **style)
+    ax.errorbar([kl.mean()], [y.mean()], xerr=_extent(kl), yerr=_extent(y), capsize=3, **style)
+
+
+def _extent(values: pd.Series) -> list[list[float]]:
+    """The seeds' range around their mean, as errorbar wants it; equal seeds give 0, not the
+    −1e-17 of a mean's round-off, which matplotlib refuses."""
+    mean = values.mean()
+    return [[max(mean - values.min(), 0.0)], [max(values.max() - mean, 0.0)]]
 
 
 def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
