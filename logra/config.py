@@ -26,10 +26,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logra.paths import FIGURES_SCALE, RESOURCES_DIR
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 EXPERIMENTS_DIR = RESOURCES_DIR / "experiments"
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -156,3 +161,35 @@ def coerce(key: str, value: Any, default: Any) -> Any:
             f"{key} must be {type(default).__name__} like {default!r}, got {value!r}"
         )
     return value
+
+
+@contextmanager
+def named_errors(keys: Collection[str], missing: str) -> Iterator[None]:
+    """Inside: a typed config's construction. Pydantic's ValidationError leaves as a ConfigError
+    whose message begins with the first bad key: what that key accepts, the valid `keys` for an
+    unknown one, `missing` (formatted with `key`) for an absent one; a ConfigError raised by a
+    rule of the config's `__post_init__` as it was worded."""
+    from pydantic import ValidationError  # the repro extra: only typed configs need it
+
+    try:
+        yield
+    except ValidationError as err:
+        raise _config_error(err, keys, missing) from None
+
+
+def _config_error(err: ValidationError, keys: Collection[str], missing: str) -> ConfigError:
+    first = err.errors()[0]
+    if first["type"] == "value_error" and isinstance(first["ctx"]["error"], ConfigError):
+        return first["ctx"]["error"]  # a rule of __post_init__, worded already
+    key = str(first["loc"][0]) if first["loc"] else "config"
+    if first["type"] == "unexpected_keyword_argument":
+        return ConfigError(f"unknown key {key!r}; valid keys: {sorted(keys)}")
+    if first["type"] == "missing":
+        return ConfigError(missing.format(key=key))
+    # a union (int | float) fails once per member: "a valid integer or a valid number"
+    said = list(dict.fromkeys(e["msg"][0].lower() + e["msg"][1:] for e in err.errors()
+                              if e["loc"][:1] == first["loc"][:1]))
+    prefix = "input should be "
+    if all(text.startswith(prefix) for text in said):
+        said = [prefix + " or ".join(text.removeprefix(prefix) for text in said)]
+    return ConfigError(f"{key}: {'; '.join(said)}, got {first['input']!r}")

@@ -32,26 +32,30 @@ its bytes are to be counted from shapes alone).
                  one projection per shape for the whole run)
     adamw-kl     dense AdamW with LoGRA's predicted-KL step control: LoGRA with `sketch=False`
 
-Settings read: `lr`, `weight_decay`, `seed`, `rank`, and for some entries `reconstruction`,
-`kl_estimator`, `predicted_kl_threshold`, `kl_drift_budget`, `lora_*` (`DEFAULT_SETTINGS` fills
-the optional ones). GaLore, APOLLO and Fira project the 2-D weights of the transformer blocks
-(their published recipes skip embeddings and the output head), and only matrices whose smaller
-side exceeds the rank; every other parameter gets their plain AdamW. Asking for an optimizer whose
-package is not installed is an error saying what to install.
+Settings read (`OptimizerSettings`, typed, one default each): `lr`, `weight_decay`, `seed`,
+`rank`, and for some entries `reconstruction`, `kl_estimator`, `predicted_kl_threshold`,
+`kl_drift_budget`, `lora_*`. GaLore, APOLLO and Fira project the 2-D weights of the transformer
+blocks (their published recipes skip embeddings and the output head), and only matrices whose
+smaller side exceeds the rank; every other parameter gets their plain AdamW. Asking for an
+optimizer whose package is not installed is an error saying what to install.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic.dataclasses import dataclass
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from logra.config import named_errors
 from logra.optim import LoGRA, RandomProjectionAdam
+from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
 
 PROJECTION_GAP = 200  # GaLore's, APOLLO's and Fira's default refresh interval of the projections
 # (their pretraining recipes: 200 steps of 10,000, i.e. 50 refreshes a run); settings may set
@@ -60,17 +64,55 @@ GALORE_SCALE = 0.25  # GaLore's recipe (α in the paper)
 APOLLO_SCALE = 1.0  # APOLLO's recipe for channel-wise scaling
 APOLLO_MINI_SCALE = 128.0  # APOLLO-Mini's recipe: rank 1, tensor-wise scaling, α = 128
 FIRA_ALPHA = 0.25  # Fira's recipe at 60M-350M (xichen-fy/Fira, pre_training_c4/scripts/)
-DEFAULT_SETTINGS: dict[str, Any] = dict(
-    weight_decay=0.0, seed=0, rank=16, reconstruction="gain", kl_estimator="calibrated",
-    predicted_kl_threshold=None, kl_drift_budget=None, kl_drift_window=5, dense_embeddings=False,
-    refresh_projections=False, projection_gap=PROJECTION_GAP, lora_rank=8, lora_alpha=16,
-    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-)
-
-Builder = Callable[[nn.Module, Mapping[str, Any]], Optimizer]
+Reconstruction = Literal[RECONSTRUCTIONS]  # LoGRA's rules, as `logra.optim.rules` registers them
+KLEstimator = Literal[KL_ESTIMATORS]
+Count = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[float, Field(ge=0)]
+Positive = Annotated[float, Field(gt=0)]
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid"))
+class OptimizerSettings:
+    """What `build_optimizer` and `wrap_model` read, typed, with each default in one place.
+
+    Only `lr` has no default. Construction checks each value's type (strictly: `true` is no
+    integer, `"1e-3"` no number; an int given for a float becomes a float), range and choices,
+    once; `from_mapping` turns a failure into a `ConfigError` naming the key, an unknown key
+    included (a misspelt setting is refused, not ignored). An experiment's config that holds
+    more keys passes the settings it holds (`logra.rl.config.GRPOConfig.optimizer_settings`).
+    """
+
+    lr: NonNegative
+    weight_decay: NonNegative = 0.0
+    seed: int = 0  # of the sketch and projection draws
+    rank: Count = 16  # of every rank-sized optimizer but LoRA (`lora_rank`)
+    reconstruction: Reconstruction = "gain"
+    kl_estimator: KLEstimator = "calibrated"
+    predicted_kl_threshold: Positive | None = None  # δ in nats; None: the control is off
+    kl_drift_budget: Positive | None = None  # B in nats on the drift from the start
+    kl_drift_window: Count = 5  # steps the drift estimate averages
+    dense_embeddings: bool = False  # LoGRA: dense AdamW on the embeddings and head
+    refresh_projections: bool = False  # LoGRA: new projections every `projection_gap` steps
+    projection_gap: Count = PROJECTION_GAP
+    lora_rank: Count = 8
+    lora_alpha: Positive = 16.0
+    lora_targets: Annotated[tuple[str, ...], BeforeValidator(lambda v: tuple(v) if isinstance(
+        v, list) else v), Field(min_length=1)] = LORA_TARGETS
+
+    @classmethod
+    def from_mapping(cls, values: OptimizerSettings) -> OptimizerSettings:
+        """The settings of `values` (`lr` and any others); ConfigError naming the bad key."""
+        with named_errors(SETTINGS, "settings have no {key!r}: every optimizer needs a learning "
+                                    "rate"):
+            return cls(**values)
+
+
+SETTINGS = tuple(f.name for f in dataclasses.fields(OptimizerSettings))
+Builder = Callable[[nn.Module, OptimizerSettings], Optimizer]
+
+
+@dataclasses.dataclass(frozen=True)
 class OptimizerSpec:
     """One optimizer of the registry."""
 
@@ -90,24 +132,24 @@ def _trainable(model: nn.Module) -> list[tuple[str, Tensor]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
-def _adamw(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
-    return torch.optim.AdamW([p for _, p in _trainable(model)], lr=s["lr"],
-                             weight_decay=s["weight_decay"])
+def _adamw(model: nn.Module, s: OptimizerSettings) -> Optimizer:
+    return torch.optim.AdamW([p for _, p in _trainable(model)], lr=s.lr,
+                             weight_decay=s.weight_decay)
 
 
-def _adamw8bit(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+def _adamw8bit(model: nn.Module, s: OptimizerSettings) -> Optimizer:
     from bitsandbytes.optim import AdamW8bit
 
-    return AdamW8bit([p for _, p in _trainable(model)], lr=s["lr"],
-                     weight_decay=s["weight_decay"])
+    return AdamW8bit([p for _, p in _trainable(model)], lr=s.lr,
+                     weight_decay=s.weight_decay)
 
 
-def _adafactor(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
-    return torch.optim.Adafactor([p for _, p in _trainable(model)], lr=s["lr"],
-                                 weight_decay=s["weight_decay"])
+def _adafactor(model: nn.Module, s: OptimizerSettings) -> Optimizer:
+    return torch.optim.Adafactor([p for _, p in _trainable(model)], lr=s.lr,
+                                 weight_decay=s.weight_decay)
 
 
-def _adam_mini(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+def _adam_mini(model: nn.Module, s: OptimizerSettings) -> Optimizer:
     from adam_mini import Adam_mini
 
     config = getattr(model, "config", None)
@@ -115,58 +157,58 @@ def _adam_mini(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
         raise ValueError("adam-mini needs a transformers model: it reads hidden_size and the "
                          "head counts from model.config")
     return Adam_mini(
-        named_parameters=_trainable(model), lr=s["lr"], weight_decay=s["weight_decay"],
+        named_parameters=_trainable(model), lr=s.lr, weight_decay=s.weight_decay,
         dim=config.hidden_size, n_heads=config.num_attention_heads,
         n_kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
         verbose=False,
     )
 
 
-def _logra(model: nn.Module, s: Mapping[str, Any], sketch: bool = True) -> Optimizer:
+def _logra(model: nn.Module, s: OptimizerSettings, sketch: bool = True) -> Optimizer:
     named = _trainable(model)
     params: list[Any] = named
-    if s["dense_embeddings"]:  # GaLore's and APOLLO's recipe: AdamW on embeddings and head
+    if s.dense_embeddings:  # GaLore's and APOLLO's recipe: AdamW on embeddings and head
         embeddings = _embedding_ids(model)
         groups = [{"params": [(n, p) for n, p in named if id(p) in embeddings], "sketch": False},
                   {"params": [(n, p) for n, p in named if id(p) not in embeddings]}]
         params = [group for group in groups if group["params"]]
     return LoGRA(
-        params, lr=s["lr"], weight_decay=s["weight_decay"], rank=s["rank"],
-        predicted_kl_threshold=s["predicted_kl_threshold"], reconstruction=s["reconstruction"],
-        kl_estimator=s["kl_estimator"], kl_drift_budget=s["kl_drift_budget"],
-        kl_drift_window=s["kl_drift_window"], seed=s["seed"], sketch=sketch,
-        refresh_every=s["projection_gap"] if s["refresh_projections"] else None,
+        params, lr=s.lr, weight_decay=s.weight_decay, rank=s.rank,
+        predicted_kl_threshold=s.predicted_kl_threshold, reconstruction=s.reconstruction,
+        kl_estimator=s.kl_estimator, kl_drift_budget=s.kl_drift_budget,
+        kl_drift_window=s.kl_drift_window, seed=s.seed, sketch=sketch,
+        refresh_every=s.projection_gap if s.refresh_projections else None,
     )
 
 
-def _naive(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
-    return RandomProjectionAdam([p for _, p in _trainable(model)], lr=s["lr"],
-                                weight_decay=s["weight_decay"], rank=s["rank"], seed=s["seed"])
+def _naive(model: nn.Module, s: OptimizerSettings) -> Optimizer:
+    return RandomProjectionAdam([p for _, p in _trainable(model)], lr=s.lr,
+                                weight_decay=s.weight_decay, rank=s.rank, seed=s.seed)
 
 
-def _galore(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+def _galore(model: nn.Module, s: OptimizerSettings) -> Optimizer:
     from galore_torch import GaLoreAdamW
 
-    groups = _projected_groups(model, s["rank"], s["projection_gap"], scale=GALORE_SCALE)
-    return GaLoreAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"],
+    groups = _projected_groups(model, s.rank, s.projection_gap, scale=GALORE_SCALE)
+    return GaLoreAdamW(groups, lr=s.lr, weight_decay=s.weight_decay,
                        no_deprecation_warning=True)
 
 
-def _apollo(model: nn.Module, s: Mapping[str, Any], mini: bool = False) -> Optimizer:
+def _apollo(model: nn.Module, s: OptimizerSettings, mini: bool = False) -> Optimizer:
     from apollo_torch import APOLLOAdamW
 
     rank, scale, scale_type = (1, APOLLO_MINI_SCALE, "tensor") if mini else \
-        (s["rank"], APOLLO_SCALE, "channel")
-    groups = _projected_groups(model, rank, s["projection_gap"], scale=scale, proj="random",
+        (s.rank, APOLLO_SCALE, "channel")
+    groups = _projected_groups(model, rank, s.projection_gap, scale=scale, proj="random",
                                scale_type=scale_type)
-    return APOLLOAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"])
+    return APOLLOAdamW(groups, lr=s.lr, weight_decay=s.weight_decay)
 
 
-def _fira(model: nn.Module, s: Mapping[str, Any]) -> Optimizer:
+def _fira(model: nn.Module, s: OptimizerSettings) -> Optimizer:
     from fira import FiraAdamW
 
-    groups = _projected_groups(model, s["rank"], s["projection_gap"], alpha=FIRA_ALPHA)
-    return FiraAdamW(groups, lr=s["lr"], weight_decay=s["weight_decay"],
+    groups = _projected_groups(model, s.rank, s.projection_gap, alpha=FIRA_ALPHA)
+    return FiraAdamW(groups, lr=s.lr, weight_decay=s.weight_decay,
                      no_deprecation_warning=True)
 
 
@@ -212,28 +254,33 @@ def check_optimizer(name: str) -> None:
     spec(name)
 
 
-def wrap_model(name: str, model: nn.Module, settings: Mapping[str, Any]) -> nn.Module:
+def settings_of(settings: OptimizerSettings | Mapping[str, Any]) -> OptimizerSettings:
+    """`settings` as OptimizerSettings (a mapping is checked: ConfigError naming the key)."""
+    if isinstance(settings, OptimizerSettings):
+        return settings
+    return OptimizerSettings.from_mapping(settings)
+
+
+def wrap_model(name: str, model: nn.Module,
+               settings: OptimizerSettings | Mapping[str, Any]) -> nn.Module:
     """The model to train: LoRA adds `peft` adapters (initialized from the global RNG), the
     other optimizers train the model as it is."""
+    s = settings_of(settings)
     if not spec(name).wraps_model:
         return model
     from peft import LoraConfig, get_peft_model
 
-    s = {**DEFAULT_SETTINGS, **settings}
-    lora = LoraConfig(r=s["lora_rank"], lora_alpha=s["lora_alpha"],
-                      target_modules=list(s["lora_targets"]), lora_dropout=0.0, bias="none")
+    lora = LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha, target_modules=list(s.lora_targets),
+                      lora_dropout=0.0, bias="none")
     return get_peft_model(model, lora)
 
 
-def build_optimizer(name: str, model: nn.Module, settings: Mapping[str, Any]) -> Optimizer:
-    """The optimizer `name` over the trainable parameters of `model` (after `wrap_model`).
-
-    `settings` must hold `lr`; the other keys default to `DEFAULT_SETTINGS`.
-    """
-    entry = spec(name)
-    if "lr" not in settings:
-        raise ValueError(f"settings for optimizer {name!r} have no 'lr'")
-    return entry.build(model, {**DEFAULT_SETTINGS, **settings})
+def build_optimizer(name: str, model: nn.Module,
+                    settings: OptimizerSettings | Mapping[str, Any]) -> Optimizer:
+    """The optimizer `name` over the trainable parameters of `model` (after `wrap_model`), with
+    `settings` (a mapping holds `lr` and any other keys of OptimizerSettings)."""
+    s = settings_of(settings)
+    return spec(name).build(model, s)
 
 
 def _projected_groups(model: nn.Module, rank: int, gap: int,

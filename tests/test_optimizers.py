@@ -8,9 +8,12 @@ import importlib.util
 import pytest
 import torch
 
+from logra.config import ConfigError
 from logra.optimizers import (
     OPTIMIZERS,
     REGISTRY,
+    SETTINGS,
+    OptimizerSettings,
     build_optimizer,
     measured_state_bytes,
     spec,
@@ -53,7 +56,7 @@ def test_registry_entries_are_distinct_in_figures() -> None:
 def test_bad_requests_name_the_culprit(tiny_qwen2) -> None:
     with pytest.raises(ValueError, match=r"unknown optimizer 'sgd'; valid optimizers: \['adamw'"):
         spec("sgd")
-    with pytest.raises(ValueError, match="settings for optimizer 'adamw' have no 'lr'"):
+    with pytest.raises(ValueError, match="settings have no 'lr': every optimizer needs a learn"):
         build_optimizer("adamw", tiny_qwen2(), {"rank": 4})
     with pytest.raises(ValueError, match="adam-mini needs a transformers model"):
         build_optimizer("adam-mini", torch.nn.Linear(4, 4), {"lr": 1e-3})
@@ -104,16 +107,41 @@ def test_measured_state_bytes_count_logra_s_kept_projections(tiny_qwen2) -> None
 
 
 def test_registry_defaults_agree_with_the_packaged_grpo_config() -> None:
-    """A setting both `DEFAULT_SETTINGS` and experiments/grpo.yaml hold has one value, except
-    the KL threshold: off for a drop-in optimizer, the report's 0.02 for its GRPO runs."""
-    from logra.optimizers import DEFAULT_SETTINGS
+    """A setting both `OptimizerSettings` and experiments/grpo.yaml hold has one value, except
+    the KL threshold: off for a drop-in optimizer, the report's 0.02 for its GRPO runs; and a
+    GRPO config hands the optimizer exactly the settings it holds."""
     from logra.rl.config import resolve
 
-    packaged = resolve().to_dict()
-    shared = sorted(set(DEFAULT_SETTINGS) & set(packaged) - {"predicted_kl_threshold"})
+    defaults = OptimizerSettings(lr=1e-3)
+    packaged = resolve()
+    shared = sorted(set(SETTINGS) & set(packaged.to_dict()) - {"lr", "predicted_kl_threshold"})
     assert {"lora_rank", "lora_alpha", "lora_targets", "rank", "reconstruction"} <= set(shared)
-    disagree = {k: (DEFAULT_SETTINGS[k], packaged[k]) for k in shared
-                if (list(DEFAULT_SETTINGS[k]) if isinstance(DEFAULT_SETTINGS[k], tuple)
-                    else DEFAULT_SETTINGS[k]) != packaged[k]}
+    disagree = {k: (getattr(defaults, k), getattr(packaged, k)) for k in shared
+                if getattr(defaults, k) != getattr(packaged, k)}
     assert not disagree
-    assert DEFAULT_SETTINGS["predicted_kl_threshold"] is None
+    assert defaults.predicted_kl_threshold is None and packaged.predicted_kl_threshold == 0.02
+    handed = packaged.replace(lr=3e-4, rank=8, lora_targets=["q_proj"]).optimizer_settings()
+    assert (handed.lr, handed.rank, handed.lora_targets) == (3e-4, 8, ("q_proj",))
+    assert handed.predicted_kl_threshold == 0.02
+    assert handed.dense_embeddings is False  # a key GRPO does not hold: its default
+
+
+def test_settings_are_checked_once_and_name_the_culprit(tiny_qwen2) -> None:
+    """A misspelt, ill-typed or unknown-choice setting is a ConfigError naming the key, before
+    any optimizer is built: a typo is refused, not silently left at its default."""
+    model = tiny_qwen2()
+    for settings, message in (
+        ({"lr": 1e-3, "rnak": 4}, r"unknown key 'rnak'; valid keys: \[.*'rank'"),
+        ({"lr": 1e-3, "reconstruction": "gian"}, r"reconstruction: input should be 'blend', .*'gain'.*got 'gian'"),
+        ({"lr": 1e-3, "rank": True}, r"rank: input should be a valid integer, got True"),
+        ({"lr": "1e-3"}, r"lr: input should be a valid number, got '1e-3'"),
+        ({"lr": 1e-3, "rank": 0}, r"rank: input should be greater than or equal to 1"),
+        ({"lr": 1e-3, "predicted_kl_threshold": 0.0}, r"predicted_kl_threshold: input should"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            build_optimizer("logra", model, settings)
+    with pytest.raises(ConfigError, match="unknown key 'lora_rnak'"):
+        wrap_model("lora", model, {"lr": 1e-3, "lora_rnak": 2})
+    typed = OptimizerSettings(lr=1, lora_targets=["q_proj"])  # an int for a float, a YAML list
+    assert isinstance(typed.lr, float) and typed.lora_targets == ("q_proj",)
+    assert build_optimizer("logra", model, typed).param_groups[0]["rank"] == 16

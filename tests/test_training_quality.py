@@ -296,7 +296,7 @@ def test_sft_runs_start_from_one_pretrained_base_trained_once(tmp_path, monkeypa
     fresh = again._architecture().state_dict()
     assert any(not torch.equal(first[k], fresh[k]) for k in first)
 
-    lora = wrap_model("lora", again.model(0), {"lora_rank": 2, "lora_alpha": 4,
+    lora = wrap_model("lora", again.model(0), {"lr": 1e-3, "lora_rank": 2, "lora_alpha": 4,
                                                "lora_targets": ["q_proj", "v_proj"]})
     trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)

@@ -20,20 +20,27 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-from logra.config import ConfigError, as_number, coerce, load_config, read_spec
+from logra.config import ConfigError, as_number, coerce, load_config, named_errors, read_spec
 from logra.data import TASKS
 from logra.models import SCALES
-from logra.optim.hyperparameters import KL_ESTIMATORS, RECONSTRUCTIONS
-from logra.optimizers import OPTIMIZERS, REGISTRY, check_optimizer
+from logra.optimizers import (
+    OPTIMIZERS,
+    REGISTRY,
+    SETTINGS,
+    KLEstimator,
+    OptimizerSettings,
+    Reconstruction,
+    check_optimizer,
+)
 from logra.provenance import fingerprint
 
 EXPERIMENT = "grpo"
@@ -52,8 +59,6 @@ Positive = Annotated[int | float, Field(gt=0)]
 # The accepted values of a choice key, as the registries hold them when this module is imported.
 Task = Literal[tuple(TASKS)]
 Optimizer = Literal[OPTIMIZERS]
-Reconstruction = Literal[RECONSTRUCTIONS]
-KLEstimator = Literal[KL_ESTIMATORS]
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -203,6 +208,12 @@ class GRPOConfig:
         with _named_errors():
             return dataclasses.replace(self, **changes)
 
+    def optimizer_settings(self) -> OptimizerSettings:
+        """What `build_optimizer` and `wrap_model` read: the keys of OptimizerSettings this
+        config holds (its others at their defaults)."""
+        return OptimizerSettings(**{key: getattr(self, key) for key in SETTINGS
+                                    if hasattr(self, key)})
+
     def to_dict(self) -> dict[str, Any]:
         """{key: value}, in the YAML's order, lists as lists: what manifests, checkpoints and
         hashes hold (the YAML's and the JSON's types, so old manifests compare equal)."""
@@ -213,32 +224,9 @@ class GRPOConfig:
 KEYS = tuple(field.name for field in dataclasses.fields(GRPOConfig))
 
 
-@contextmanager
-def _named_errors() -> Iterator[None]:
-    """Pydantic's ValidationError as a ConfigError whose message begins with the key."""
-    try:
-        yield
-    except ValidationError as err:
-        raise _config_error(err) from None
-
-
-def _config_error(err: ValidationError) -> ConfigError:
-    first = err.errors()[0]
-    if first["type"] == "value_error" and isinstance(first["ctx"]["error"], ConfigError):
-        return first["ctx"]["error"]  # a rule of __post_init__, worded already
-    key = str(first["loc"][0]) if first["loc"] else "config"
-    if first["type"] == "unexpected_keyword_argument":
-        return ConfigError(f"unknown key {key!r}; valid keys: {sorted(KEYS)}")
-    if first["type"] == "missing":
-        return ConfigError(f"missing key {key!r}: a GRPO config sets every key of "
-                           f"experiments/{EXPERIMENT}.yaml")
-    # a union (int | float) fails once per member: "a valid integer or a valid number"
-    said = list(dict.fromkeys(e["msg"][0].lower() + e["msg"][1:] for e in err.errors()
-                              if e["loc"][:1] == first["loc"][:1]))
-    prefix = "input should be "
-    if all(text.startswith(prefix) for text in said):
-        said = [prefix + " or ".join(text.removeprefix(prefix) for text in said)]
-    return ConfigError(f"{key}: {'; '.join(said)}, got {first['input']!r}")
+def _named_errors() -> AbstractContextManager[None]:
+    return named_errors(KEYS, f"missing key {{key!r}}: a GRPO config sets every key of "
+                              f"experiments/{EXPERIMENT}.yaml")
 
 
 def _check_model(model: str) -> None:

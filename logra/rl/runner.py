@@ -159,7 +159,7 @@ class Trainer:
         self.reference, _ = load_policy(self.source, dtype)
         self.reference.requires_grad_(False).eval().to(self.device)
         torch.manual_seed(config.seed)  # LoRA's adapter initialization
-        settings = config.to_dict()
+        settings = config.optimizer_settings()
         self.policy = wrap_model(config.optimizer, policy, settings).to(self.device).eval()
         self.optimizer = build_optimizer(config.optimizer, self.policy, settings)
         if isinstance(self.optimizer, KLControlled):  # the JVP's KL prediction: every rank's batch
