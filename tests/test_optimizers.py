@@ -132,7 +132,8 @@ def test_settings_are_checked_once_and_name_the_culprit(tiny_qwen2) -> None:
     model = tiny_qwen2()
     for settings, message in (
         ({"lr": 1e-3, "rnak": 4}, r"unknown key 'rnak'; valid keys: \[.*'rank'"),
-        ({"lr": 1e-3, "reconstruction": "gian"}, r"reconstruction: input should be 'blend', .*'gain'.*got 'gian'"),
+        ({"lr": 1e-3, "reconstruction": "gian"},
+         r"reconstruction: input should be 'blend', .*'gain'.*got 'gian'"),
         ({"lr": 1e-3, "rank": True}, r"rank: input should be a valid integer, got True"),
         ({"lr": "1e-3"}, r"lr: input should be a valid number, got '1e-3'"),
         ({"lr": 1e-3, "rank": 0}, r"rank: input should be greater than or equal to 1"),

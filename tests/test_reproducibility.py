@@ -132,13 +132,19 @@ def test_pins_name_their_settings_and_reject_bad_input() -> None:
         pinned_environment("strict", threads=0)
 
 
-def test_the_strict_pin_reaches_torch_in_a_fresh_process() -> None:
+def test_the_strict_pin_reaches_torch_in_a_fresh_process_and_its_record() -> None:
+    """The pin sets torch's kernels and threads, and `machine()` (a run manifest's record of
+    the machine) reports what the process runs under, the pin's variables included."""
     env = {**os.environ, **pinned_environment("strict")}
     out = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability(), "
-                               "torch.get_num_threads())"],
-        env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["DEFAULT", str(PIN_THREADS)]
+        [sys.executable, "-c", "import json, torch; from logra.models.determinism import machine;"
+                               "print(torch.backends.cpu.get_cpu_capability(), "
+                               "torch.get_num_threads(), json.dumps(machine()))"],
+        env=env, capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
+    assert out[:2] == ["DEFAULT", str(PIN_THREADS)]
+    record = json.loads(out[2])
+    assert record["cpu_capability"] == "DEFAULT" and record["cpu"]
+    assert {k: record[k] for k in pinned_environment("strict")} == pinned_environment("strict")
 
 
 def test_the_warm_up_probe_is_deterministic_in_one_setting(load_script, data_dir) -> None:

@@ -104,6 +104,7 @@ def test_every_optimizer_completes_a_smoke_run_and_resumes_exactly(
     assert manifest["status"] == "finished" and manifest["completed_steps"] == 4
     assert {"torch", "transformers", "logra"} <= set(manifest["versions"])
     assert "commit" in manifest["git"]
+    assert manifest["machine"]["cpu"] and manifest["machine"]["cpu_capability"]
     assert (directory / "checkpoint" / "state.pt").exists()
 
     # interrupted in step 3 (checkpoint at step 2), then rerun: the same records

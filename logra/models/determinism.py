@@ -33,6 +33,10 @@ hash. What this machine cannot show: a CPU of another vendor or generation under
 
 from __future__ import annotations
 
+import os
+import platform
+from pathlib import Path
+
 PIN_THREADS = 2  # threads of a pinned process: the reference machine's cores
 
 PINS: dict[str, dict[str, str]] = {
@@ -48,3 +52,29 @@ def pinned_environment(pin: str = "avx2", threads: int = PIN_THREADS) -> dict[st
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
     return {**PINS[pin], "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def machine() -> dict[str, str | None]:
+    """What a run's numbers hang on beyond its config, code and library versions: the CPU
+    (vendor, model name, family/model/stepping of /proc/cpuinfo on Linux, since a virtual
+    machine's model name can be as bare as "Intel(R) Xeon(R) Processor"; else
+    `platform.processor()`), the instruction set ATen dispatches to
+    (`torch.backends.cpu.get_cpu_capability()`), and each variable a pin sets as this process
+    sees it (None: unset). A manifest holds it, so that two runs that differ can be told apart
+    by machine (docs/reproducibility.md)."""
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo")
+    first: dict[str, str] = {}
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
+        if not line.strip():
+            break  # the first processor's block
+        key, _, value = line.partition(":")
+        first[key.strip()] = value.strip()
+    cpu = " ".join(first[k] for k in ("vendor_id", "model name") if k in first)
+    if {"cpu family", "model", "stepping"} <= set(first):
+        cpu += f" (family {first['cpu family']}, model {first['model']}, " \
+               f"stepping {first['stepping']})"
+    return {"cpu": cpu or platform.processor() or None,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            **{key: os.environ.get(key) for key in pinned_environment()}}

@@ -84,6 +84,7 @@ from logra.config import ConfigError
 from logra.data import load_task, to_prompts
 from logra.data.grading import reward
 from logra.models import SCALES, load_policy, prepare
+from logra.models.determinism import machine
 from logra.optim import KLControlled
 from logra.optim.kl import categorical_kl
 from logra.optimizers import build_optimizer, measured_state_bytes, spec, wrap_model
@@ -590,7 +591,7 @@ def _read_manifest(path: Path, config: cfg.GRPOConfig) -> dict[str, Any]:
         code=fingerprint(),
         started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         versions=_versions(), git=_git(), python=sys.version.split()[0],
-        platform=platform.platform(), threads=config.threads,
+        platform=platform.platform(), machine=machine(), threads=config.threads,
     )
 
 
