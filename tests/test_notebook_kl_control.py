@@ -156,7 +156,7 @@ def test_lr_matched_table_sets_the_control_against_the_lr_cut() -> None:
     assert row["Δ vs no control, p (Holm)"] < 1e-6  # 80 problems gained, none lost
 
 
-def test_budget_table_tests_each_setting_against_the_first_problem_by_problem() -> None:
+def test_budget_table_tests_each_setting_against_the_first_two_problem_by_problem() -> None:
     n = 400
     solved = lambda k: [1.0] * k + [0.0] * (n - k)  # noqa: E731
     frame, problems = _runs({("logra-nokl", 1e-3, None): (0.1, solved(120)),
@@ -175,9 +175,15 @@ def test_budget_table_tests_each_setting_against_the_first_problem_by_problem() 
     assert table.loc["no control", "final KL to ref, mean"] == pytest.approx(0.1 * 19.5 / 20)
     assert math.isnan(table.loc["no control", "greedy: Δ vs no control (pts)"])
     assert table.loc["drift budget", "greedy: Δ vs no control (pts)"] == pytest.approx(20.0)
-    assert table.loc["drift budget", "greedy: p (Holm)"] < 1e-6  # 80 gained, none lost
+    assert table.loc["drift budget", "greedy vs no control: p (Holm)"] < 1e-6  # 80 gained
     assert table.loc["fixed β", "greedy: Δ vs no control (pts)"] == pytest.approx(0.5)
-    assert table.loc["fixed β", "greedy: p (Holm)"] > 0.1  # 2 problems: no difference
+    assert table.loc["fixed β", "greedy vs no control: p (Holm)"] > 0.1  # 2 problems: none
+    # the soft control after the budget is also tested against the budget: 78 problems lost
+    assert table.loc["fixed β", "greedy: Δ vs drift budget (pts)"] == pytest.approx(-19.5)
+    assert table.loc["fixed β", "greedy vs drift budget: p (Holm)"] < 1e-6
+    for reference in ("no control", "drift budget"):  # no row is tested against itself or later
+        assert math.isnan(table.loc[reference, f"greedy: Δ vs {reference} (pts)"])
+    assert math.isnan(table.loc["no control", "greedy vs drift budget: p (Holm)"])
 
 
 def test_c5_stress_rule() -> None:

@@ -399,14 +399,16 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
     """Per setting of the budget study: the KL to the reference at the end and at its highest,
     on the batches (noisy: each is B fresh completions) and on the drift probe (the same
     held-out completions' seeds every `budget_probe_every` steps: the budget holds when the
-    highest probe stays under it), steps cut, the final β, reward, held-out pass@1 and the
-    paired per-problem difference to the first setting (the reference, "no control"), with
-    Holm's correction over the table."""
+    highest probe stays under it), steps cut, the final β, reward, held-out pass@1, and paired
+    per-problem differences (seeds averaged per problem): every setting against the first (the
+    reference, "no control"), and each setting after the second against the second (the drift
+    budget, against the soft controls that follow it), with Holm's correction over the table."""
     runs = _runs(frame, "budget")
     summary = per_run(runs, problems, cfg)
     settings = list(summary["setting"].drop_duplicates())
     evaluated = problems[problems["study"] == "budget"]
     per_problem = {s: _by_problem(evaluated[evaluated["setting"] == s]) for s in settings}
+    references = settings[:2]  # each setting after a reference is compared with it
     rows, tests = [], []
     for setting, r in summary.groupby("setting", sort=False):
         mine = runs[runs["setting"] == setting]
@@ -424,13 +426,15 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
             **{f"{m} pass@1 (%)": 100 * r[m].mean() for m in measured(problems)},
             "greedy gain (pts)": 100 * (r["greedy"] - r["greedy_before"]).mean(),
         })
-        for measure in measured(problems):
-            column = f"{measure}: Δ vs {settings[0]} (pts)"
-            rows[-1][column] = rows[-1][f"{measure}: p (Holm)"] = math.nan
-            if setting != settings[0]:
-                versus = paired(per_problem[settings[0]], per_problem[setting], measure)
-                rows[-1][column] = 100 * versus.difference
-                tests.append((len(rows) - 1, f"{measure}: p (Holm)", versus.p))
+        for reference in references:
+            for measure in measured(problems):
+                column = f"{measure}: Δ vs {reference} (pts)"
+                p_column = f"{measure} vs {reference}: p (Holm)"
+                rows[-1][column] = rows[-1][p_column] = math.nan
+                if settings.index(setting) > settings.index(reference):
+                    versus = paired(per_problem[reference], per_problem[setting], measure)
+                    rows[-1][column] = 100 * versus.difference
+                    tests.append((len(rows) - 1, p_column, versus.p))
     return holm_cells(pd.DataFrame(rows), tests)
 
 
