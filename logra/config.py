@@ -24,12 +24,14 @@ library and, when a file is read, yaml: every layer of the package may import th
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from logra.paths import FIGURES_SCALE, RESOURCES_DIR
 
@@ -161,6 +163,69 @@ def coerce(key: str, value: Any, default: Any) -> Any:
             f"{key} must be {type(default).__name__} like {default!r}, got {value!r}"
         )
     return value
+
+
+C = TypeVar("C", bound="TypedConfig")
+
+
+class TypedConfig(Mapping[str, Any]):
+    """Base of an experiment's typed config: every key of `experiments/<EXPERIMENT>.yaml` and
+    the `scale`, one field each, whose type says what the key accepts (its range, its
+    `Literal` choices). A subclass is a frozen, strict pydantic dataclass (decorated with
+    `typed`); construction validates once (`from_mapping`, `load`),
+    `replace` makes a checked copy. The values live in the YAML alone: no field has a default.
+
+    A config reads as a read-only mapping of its fields too (`cfg["seeds"]`, `{**cfg}`,
+    `cfg == {...}`), so tables, hashes and JSON take it as the dict it replaces.
+    """
+
+    EXPERIMENT: ClassVar[str]  # the packaged config file's name
+
+    @classmethod
+    def key_names(cls) -> tuple[str, ...]:
+        """The config's keys, in the class's order."""
+        return _field_names(cls)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _field_names(type(self)):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_field_names(type(self)))
+
+    def __len__(self) -> int:
+        return len(_field_names(type(self)))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Self:
+        """The config of `values` (every key, no other); ConfigError naming the first bad key."""
+        with named_errors(cls.key_names(), "missing key {key!r}: the config of " + cls.EXPERIMENT
+                          + " sets every key of experiments/" + cls.EXPERIMENT + ".yaml"):
+            return cls(**values)
+
+    @classmethod
+    def load(cls, scale: str = "default", **overrides: Any) -> Self:
+        """experiments/<EXPERIMENT>.yaml at `scale` with `overrides` on top, validated."""
+        return cls.from_mapping(load_config(cls.EXPERIMENT, scale, **overrides))
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with `changes`, validated again; ConfigError naming the first bad key."""
+        return self.from_mapping({**self, **changes})
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(cls))
+
+
+def typed(cls: type[C]) -> type[C]:
+    """Class decorator of a TypedConfig: a frozen, strict pydantic dataclass (`true` is no
+    integer, `"1e-3"` no number), with no unknown key and the mapping's equality (a config
+    equals the dict of its items)."""
+    from pydantic.dataclasses import dataclass  # the repro extra: only typed configs need it
+
+    return dataclass(frozen=True, eq=False, config={"strict": True, "extra": "forbid"})(cls)
 
 
 @contextmanager

@@ -145,11 +145,11 @@ def test_scales_and_bad_configs() -> None:
     config = cmp.grpo_config(gpu, Run(model=gpu["models"][0], method="lora", seed=0))
     assert config.model == "Qwen/Qwen2.5-7B-Instruct" and config.task == "gsm8k"
     assert gpu["extra_eval_tasks"] == ["math"]
-    with pytest.raises(ValueError, match="unknown methods"):
+    with pytest.raises(ValueError, match=r"methods: input should be one of .*got 'sgd'"):
         cmp.config("smoke", methods=["adamw", "sgd"], lr_grid={"adamw": [1.0], "sgd": [1.0]})
     with pytest.raises(ValueError, match="no learning rates for methods \\['logra'\\]"):
         cmp.config("smoke", lr_grid={"adamw": [1e-4], "lora": [1e-3]})
-    with pytest.raises(ValueError, match="positive numbers"):
+    with pytest.raises(ValueError, match=r"lr_grid: input should be greater than 0, got -0.0001"):
         cmp.config("smoke", lr_grid={"adamw": [-1e-4], "lora": [1e-3], "logra": [1e-3]})
     with pytest.raises(ValueError, match="must include 'adamw'"):
         cmp.config("smoke", methods=["lora", "logra"])

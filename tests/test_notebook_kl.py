@@ -50,7 +50,7 @@ def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> Non
     # every (method, seed) run is cached under the results directory, with its manifest
     for method in cfg["methods"]:
         for seed in cfg["seeds"]:
-            config = kt.grpo_config(cfg | {"results_dir": str(results)}, method, seed)
+            config = kt.grpo_config(cfg.replace(results_dir=str(results)), method, seed)
             assert (grpo.run_dir(config) / "manifest.json").exists(), (method, seed)
     assert list((results / "calibration").glob("*.csv"))
 
@@ -135,15 +135,15 @@ def test_gpu_scales_take_grpo_settings_from_grpo_yaml() -> None:
 
 
 def test_bad_configs_fail_before_any_compute() -> None:
-    with pytest.raises(ValueError, match="unknown methods"):
+    with pytest.raises(ValueError, match=r"methods: input should be one of .*got 'sgd'"):
         kt.config("smoke", methods=["adamw", "sgd"])
     with pytest.raises(ValueError, match="unknown scale"):
         kt.config("huge")
     with pytest.raises(ValueError, match="unknown key"):
         kt.config("smoke", optimizer="adamw")
-    with pytest.raises(ValueError, match="method_lr names unknown methods \\['sgd'\\]"):
+    with pytest.raises(ValueError, match=r"method_lr: input should be one of .*got 'sgd'"):
         kt.config("smoke", method_lr={"sgd": 1e-3})
-    with pytest.raises(ValueError, match="method_lr must hold positive numbers"):
+    with pytest.raises(ValueError, match=r"method_lr: input should be greater than 0, got -1.0"):
         kt.config("smoke", method_lr={"adamw": -1.0})
 
 
@@ -287,7 +287,7 @@ def test_calibration_probe_predicts_the_measured_step_kl(learning_smoke) -> None
     ratio = frame["step_kl"] / frame["jvp_kl"]
     assert ratio.iloc[1:].between(0.5, 2.0).all(), ratio.tolist()
     # the calibration run takes the same steps as LoGRA without control
-    nokl = grpo_runs.grpo_job(grpo_runs.grpo_config(cfg | {"steps": 3},
+    nokl = grpo_runs.grpo_job(grpo_runs.grpo_config(cfg.replace(steps=3),
                                                       Run(method="logra-nokl", seed=0)))
     assert np.allclose(nokl["kl"].iloc[1:], frame["kl"], atol=1e-7)
     # and it is cached

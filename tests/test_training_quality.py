@@ -199,7 +199,7 @@ def test_the_benchmarks_cache_apart(tmp_path) -> None:
     assert tq.run_path(sft_cfg, run).name.startswith("sft-adamw-")
     assert tq.settings(text_cfg, run)["corpus"] == "shakespeare" and "task" not in tq.settings(
         text_cfg, run)
-    with pytest.raises(ConfigError, match="task must be one of"):
+    with pytest.raises(ConfigError, match="task: input should be 'text' or 'sft', got 'rl'"):
         tq.config("smoke", task="rl")
 
 

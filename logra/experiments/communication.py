@@ -52,17 +52,19 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
+from pydantic import Field
 from torch import Tensor, nn
 
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments.report import ClaimRow
+from logra.experiments.typed import Count, ModelScale, Positive, Share
 from logra.memory import ARCHITECTURES, logra_param_groups
 from logra.optim import LoGRA, sketch_shapes
 
@@ -75,9 +77,33 @@ C12_REPORTED = ("compatible with DDP, FSDP and Megatron tensor parallelism; sket
                 "all-reduce volume")
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/communication.yaml at `scale`, with `overrides` on top."""
-    return load_config("communication", scale, **overrides)
+Architecture = Literal[tuple(ARCHITECTURES)]
+
+
+@typed
+class Config(TypedConfig):
+    """experiments/communication.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "communication"
+    scale: str
+    seed: int
+    proxies: list[ModelScale]
+    architectures: list[Architecture]
+    rank: Count
+    embedding_rank: Count
+    measured_model: ModelScale
+    measured_rank: Count
+    measured_embedding_rank: Count
+    measured_steps: Count
+    batch_size: Annotated[int, Field(ge=2)]  # split over the two ranks
+    seq_len: Count
+    lr: Positive
+    tolerance: Positive
+    c12_shrink: Share
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/communication.yaml at `scale`, with `overrides` on top, checked."""
+    return Config.load(scale, **overrides)
 
 
 # ---------------------------------------------------------------- models and byte counts
@@ -130,7 +156,7 @@ def allreduce_bytes(param_groups: list[dict[str, Any]], grad_bytes: int) -> tupl
     return dense, sent
 
 
-def counted_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+def counted_rows(cfg: Config) -> list[dict[str, Any]]:
     """Bytes per step of every model, reconstruction and gradient dtype (from shapes)."""
     rows = []
     for name in [*cfg["proxies"], *cfg["architectures"]]:
@@ -151,14 +177,14 @@ def counted_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- the measured run (2 ranks)
 
 
-def token_batch(cfg: dict[str, Any], vocab: int, step: int, rank: int | None) -> Tensor:
+def token_batch(cfg: Config, vocab: int, step: int, rank: int | None) -> Tensor:
     """The global batch of `step` (batch_size × seq_len random tokens), or rank's half."""
     g = torch.Generator().manual_seed(cfg["seed"] * 1000 + step)
     ids = torch.randint(vocab, (cfg["batch_size"], cfg["seq_len"]), generator=g)
     return ids if rank is None else ids.chunk(WORLD)[rank]
 
 
-def measured_model(cfg: dict[str, Any]) -> nn.Module:
+def measured_model(cfg: Config) -> nn.Module:
     """`measured_model`, randomly initialised from `seed` (built in the parent process)."""
     torch.manual_seed(cfg["seed"])
     return build(cfg["measured_model"], device="cpu")
@@ -174,13 +200,13 @@ def copy_model(model_config: Any, state: dict[str, Tensor]) -> nn.Module:
     return model
 
 
-def measured_optimizer(cfg: dict[str, Any], model: nn.Module) -> LoGRA:
+def measured_optimizer(cfg: Config, model: nn.Module) -> LoGRA:
     """LoGRA with every group Nyström (so the hook compresses what it can), seed fixed."""
     return LoGRA(groups(model, cfg["measured_rank"], cfg["measured_embedding_rank"], "nystrom"),
                  lr=cfg["lr"], seed=cfg["seed"], predicted_kl_threshold=0.02)
 
 
-def train(cfg: dict[str, Any], model: nn.Module, inner: nn.Module, opt: LoGRA,
+def train(cfg: Config, model: nn.Module, inner: nn.Module, opt: LoGRA,
           rank: int | None) -> None:
     """`measured_steps` steps of next-token loss; `inner` is the unwrapped model (its vocab)."""
     vocab = inner.config.vocab_size
@@ -220,7 +246,7 @@ def counting_all_reduce() -> Iterator[list[int]]:
         dist.all_reduce = original
 
 
-def ddp_run(cfg: dict[str, Any], rank: int, hook: bool, model: nn.Module) -> dict[str, Any]:
+def ddp_run(cfg: Config, rank: int, hook: bool, model: nn.Module) -> dict[str, Any]:
     """DDP with the default all-reduce hook (dense) or the sketch hook; weights and bytes."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -240,7 +266,7 @@ def ddp_run(cfg: dict[str, Any], rank: int, hook: bool, model: nn.Module) -> dic
                 hook_bytes=state.sent_bytes / steps if state else math.nan)
 
 
-def fsdp2_run(cfg: dict[str, Any], rank: int, model: nn.Module) -> dict[str, Tensor]:
+def fsdp2_run(cfg: Config, rank: int, model: nn.Module) -> dict[str, Tensor]:
     """FSDP2: `fully_shard` on every decoder layer and the root; full weights after training."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -276,7 +302,7 @@ def tensor_parallel_refusal() -> str:
     return ""
 
 
-def rank_checks(rank: int, cfg: dict[str, Any], model_config: Any, state: dict[str, Tensor]
+def rank_checks(rank: int, cfg: Config, model_config: Any, state: dict[str, Tensor]
                 ) -> dict[str, Any]:
     """Everything one rank measures (run inside the spawned process), each run on a fresh
     copy of the parent's model."""
@@ -286,7 +312,7 @@ def rank_checks(rank: int, cfg: dict[str, Any], model_config: Any, state: dict[s
                 tp=tensor_parallel_refusal())
 
 
-def _rank_main(rank: int, port: int, out: str, cfg: dict[str, Any], model_config: Any,
+def _rank_main(rank: int, port: int, out: str, cfg: Config, model_config: Any,
                state: dict[str, Tensor]) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -303,7 +329,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def on_two_ranks(cfg: dict[str, Any], model: nn.Module) -> list[dict[str, Any]]:
+def on_two_ranks(cfg: Config, model: nn.Module) -> list[dict[str, Any]]:
     """`rank_checks` of `model` on two gloo ranks (one thread each: `_rank_main` sets it, and
     this process's environment stays as it was); what each returned.
 
@@ -319,7 +345,7 @@ def on_two_ranks(cfg: dict[str, Any], model: nn.Module) -> list[dict[str, Any]]:
         return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
-def measured_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+def measured_rows(cfg: Config) -> list[dict[str, Any]]:
     """The 2-rank run against one process with the global batch, and the predicted bytes."""
     model = measured_model(cfg)
     ranks = on_two_ranks(cfg, model)
@@ -351,7 +377,7 @@ def measured_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def run(cfg: dict[str, Any]) -> pd.DataFrame:
+def run(cfg: Config) -> pd.DataFrame:
     """Counted bytes for every model, then the measured 2-rank run."""
     return pd.DataFrame(counted_rows(cfg) + measured_rows(cfg), columns=list(COLUMNS))
 
@@ -387,7 +413,7 @@ def measured_table(frame: pd.DataFrame) -> pd.DataFrame:
     return sel[["metric", "value", "note"]].reset_index(drop=True)
 
 
-def checks(frame: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, bool]:
+def checks(frame: pd.DataFrame, cfg: Config) -> dict[str, bool]:
     """The four facts the verdict is built from (see `c12_claim`)."""
     m = _measured(frame)
     tol = cfg["tolerance"]
@@ -399,7 +425,7 @@ def checks(frame: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def checks_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def checks_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """What the measured run checked, what it found, and whether it passed."""
     m, ok = _measured(frame), checks(frame, cfg)
     tol = cfg["tolerance"]
@@ -422,7 +448,7 @@ def checks_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["check", "measured", "criterion", "passed"])
 
 
-def c12_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+def c12_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
     """Claim C12, judged by a fixed rule from the measured 2-rank run.
 
     Four facts (`checks`; τ = `tolerance`, 1e-5; ρ = `c12_shrink`, 0.9):
@@ -469,7 +495,7 @@ def c12_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
 # ---------------------------------------------------------------- figure
 
 
-def plot_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_bytes(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Left: MB all-reduced per step, dense vs the sketch hook (Nyström; gain sends the dense
     bytes). Right: the ratio hook / dense for fp32 and bf16 gradients, and the measured point."""
     table = bytes_table(frame)

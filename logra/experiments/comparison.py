@@ -37,26 +37,39 @@ correction over the whole table. Rules of the verdicts are in `c7_claim` and `c8
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.patches import Patch
+from pydantic import Field
 
 from logra import io, paths
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.data import get_task
 from logra.experiments import grpo_runs
 from logra.experiments.grpo_runs import Run
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
+from logra.experiments.typed import (
+    Count,
+    GRPOCount,
+    Level,
+    LRs,
+    Method,
+    Methods,
+    PathText,
+    Positive,
+    Seeds,
+    Task,
+    Workers,
+)
 from logra.methods import METHODS, palette
 from logra.models import SCALES
 from logra.rl import config as grpo
@@ -83,48 +96,70 @@ C8_REPORTED = ("27B on 8×80 GB: LoGRA 84.2 % pass@1 on GSM8K, 51.7 % on MATH; L
                "points")
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/comparison.yaml at `scale`, with the overrides that are not None on top."""
-    cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
-    if not cfg["models"]:
-        raise ValueError("models must be non-empty")
-    if REFERENCE not in cfg["methods"]:
+@typed
+class Config(TypedConfig):
+    """experiments/comparison.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "comparison"
+    scale: str
+    grpo_scale: str
+    methods: Methods
+    lr_grid: dict[Method, LRs]
+    sweep_seed: int
+    seeds: Seeds
+    chosen_lrs: PathText | None  # a sweep table to read the lrs from (None: sweep)
+    steps: Count
+    workers: Workers
+    predicted_kl_threshold: Positive | None
+    models: Annotated[list[str], Field(min_length=1)]
+    task: Task
+    extra_eval_tasks: list[Task]
+    rank: GRPOCount
+    prompts_per_step: GRPOCount
+    group_size: GRPOCount
+    max_new_tokens: GRPOCount
+    eval_prompts: GRPOCount
+    eval_samples: GRPOCount
+    eval_sampled_prompts: GRPOCount
+    eval_batch_size: GRPOCount
+    results_dir: str
+    alpha: Level
+    c8_tolerance: Positive
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/comparison.yaml at `scale`, with the overrides that are not None on top,
+    checked: the types, then the rules between keys, then the chosen-lr table if one is named
+    (a missing one means the grids are swept, and is said)."""
+    cfg = Config.load(scale, **{k: v for k, v in overrides.items() if v is not None})
+    if REFERENCE not in cfg.methods:
         raise ValueError(f"methods must include {REFERENCE!r}, the reference of every test")
-    missing = [m for m in cfg["methods"] if not cfg["lr_grid"].get(m)]
+    missing = [m for m in cfg.methods if m not in cfg.lr_grid]
     if missing:
         raise ValueError(f"lr_grid has no learning rates for methods {missing}")
-    bad = {m: lrs for m, lrs in cfg["lr_grid"].items()
-           if not all(isinstance(lr, int | float) and lr > 0 for lr in lrs)}
-    if bad:
-        raise ValueError(f"lr_grid must hold positive numbers, got {bad}")
-    if not 0 < cfg["alpha"] < 1:
-        raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
-    if cfg["chosen_lrs"] is not None:
-        if not isinstance(cfg["chosen_lrs"], str | os.PathLike):
-            raise ValueError(f"chosen_lrs must be a path or null, got {cfg['chosen_lrs']!r}")
-        cfg["chosen_lrs"] = str(cfg["chosen_lrs"])
+    if cfg.chosen_lrs is not None:
         if chosen_lrs_path(cfg).is_file():
             read_chosen(cfg)  # a table that lacks a method fails here, before any run
         else:
             print(f"chosen_lrs: {chosen_lrs_path(cfg)} does not exist; sweeping the lr grids")
-            cfg["chosen_lrs"] = None
-    if not reads_chosen(cfg) and cfg["sweep_seed"] not in cfg["seeds"]:
-        raise ValueError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
-    return grpo_runs.check_runs(cfg)
+            cfg = cfg.replace(chosen_lrs=None)
+    if not reads_chosen(cfg) and cfg.sweep_seed not in cfg.seeds:
+        raise ValueError(f"sweep_seed {cfg.sweep_seed} must be one of seeds {cfg.seeds}")
+    return cfg
 
 
-def chosen_lrs_path(cfg: dict[str, Any]) -> Path:
+def chosen_lrs_path(cfg: Config) -> Path:
     """`cfg["chosen_lrs"]` as an absolute path (relative ones under the project root)."""
     return paths.project_path(cfg["chosen_lrs"])
 
 
-def reads_chosen(cfg: dict[str, Any]) -> bool:
+def reads_chosen(cfg: Config) -> bool:
     """Whether the chosen lrs come from a sweep table instead of a sweep (`config` sets
     `chosen_lrs` to None where its table does not exist)."""
     return cfg["chosen_lrs"] is not None
 
 
-def grpo_config(cfg: dict[str, Any], run: Run) -> grpo.GRPOConfig:
+def grpo_config(cfg: Config, run: Run) -> grpo.GRPOConfig:
     """The resolved GRPO config of one run, evaluated before and after training; a run without
     an lr is at its method's chosen lr where the lrs are read, else at the first of its grid."""
     lr = run.lr
@@ -181,7 +216,7 @@ def _run_row(run: Run, result: dict[str, Any]) -> dict[str, Any]:
                 **{f"{task} greedy": value for task, value in result["extra"].items()})
 
 
-def _execute(cfg: dict[str, Any], runs: list[Run], desc: str, progress: bool
+def _execute(cfg: Config, runs: list[Run], desc: str, progress: bool
              ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run `runs` (each with its model and lr), longest first; their rows and problems."""
     if not runs:
@@ -203,7 +238,7 @@ def _execute(cfg: dict[str, Any], runs: list[Run], desc: str, progress: bool
     return rows, pd.concat(problems, ignore_index=True).drop(columns="step")
 
 
-def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The sweep, then the seeds at the chosen learning rates (module docstring): the `runs`
     and `problems` frames, every run of both stages once."""
     grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
@@ -236,7 +271,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.Da
 # ---------------------------------------------------------------- the sweep
 
 
-def choose(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def choose(runs: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Per (model, method): the chosen lr of the sweep at `sweep_seed` (the highest sampled
     pass@1, ties broken by greedy), whether it is bracketed (grid ends excluded) and the grid's
     size."""
@@ -259,7 +294,7 @@ def choose(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
 CHOICES = ("chosen", "chosen, at the grid's end", "not swept")  # `sweep_table`'s marks
 
 
-def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
+def read_chosen(cfg: Config) -> pd.DataFrame:
     """`choose`'s frame read from the sweep table at `chosen_lrs` (`sweep_table`'s columns):
     per (model, method) of `cfg` the lr marked in `CHOICES`, the size of its grid there and
     whether it was bracketed. Raises ValueError naming the file and every (model, method) it
@@ -291,7 +326,7 @@ def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["model", "method"])
 
 
-def sweep_table(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def sweep_table(runs: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Every run of the sweep: pass@1 before and after (%), final KL, and which lr was chosen
     (`CHOICES`: "chosen", "chosen, at the grid's end" or "not swept"). With `reads_chosen` the
     rows of the table the lrs were read from for `cfg`'s models and methods, as they are."""
@@ -315,7 +350,7 @@ def sweep_table(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def at_chosen(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def at_chosen(runs: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The runs at each method's chosen lr, every seed of `seeds`."""
     chosen = choose(runs, cfg)["lr"]
     keep = [chosen.get((m, meth)) == lr and s in cfg["seeds"]
@@ -324,7 +359,7 @@ def at_chosen(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return runs[keep].reset_index(drop=True)
 
 
-def trajectories(runs: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def trajectories(runs: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The step records (`records.csv`) of the runs at each method's chosen lr, tidy, with
     model, method, lr and seed columns (training steps only)."""
     frames = []
@@ -359,7 +394,7 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, measure: str) -> Paired:
     return test(x.to_numpy(), y.to_numpy())
 
 
-def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                  ) -> pd.DataFrame:
     """Per model and method at its chosen lr: greedy and sampled pass@1 (%, mean over seeds
     and problems), the paired difference to dense AdamW (points; NaN for AdamW itself) and to
@@ -391,7 +426,7 @@ def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
     return holm_cells(pd.DataFrame(rows), tests)
 
 
-def significant(p: float, cfg: dict[str, Any]) -> bool:
+def significant(p: float, cfg: Config) -> bool:
     return bool(p < cfg["alpha"])
 
 
@@ -406,7 +441,7 @@ def _model_name(model: str) -> str:
     return Path(model).name
 
 
-def _difference_text(value: float, p: float, cfg: dict[str, Any]) -> str:
+def _difference_text(value: float, p: float, cfg: Config) -> str:
     if np.isnan(value):
         return "the reference"
     return f"{value:+.1f}" + (" *" if significant(p, cfg) else "")
@@ -418,7 +453,7 @@ def _mean_sd(values: pd.Series) -> str:
             else f"{values.mean():.1f} ± {values.std():.1f}")
 
 
-def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                      ) -> pd.DataFrame:
     """The paper's shape: one row per method (per model) at its chosen lr: held-out greedy and
     sampled pass@1 (mean ± std over seeds, %), the paired difference to dense AdamW (points;
@@ -458,7 +493,7 @@ def _reported(method: str, family: str) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-def tests_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def tests_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                 ) -> pd.DataFrame:
     """`paired_table` for the record: every difference (points), its standard error over
     problems and its Holm-adjusted p-value."""
@@ -481,7 +516,7 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------- claims
 
 
-def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
+def _scale_text(runs: pd.DataFrame, cfg: Config) -> str:
     models = ", ".join(_model_name(m) for m in cfg["models"])
     config = grpo_config(cfg, Run(model=cfg["models"][0], method=REFERENCE,
                                   seed=cfg["seeds"][0]))
@@ -492,12 +527,12 @@ def _scale_text(runs: pd.DataFrame, cfg: dict[str, Any]) -> str:
             f"{len(cfg['seeds'])} seed(s) at each method's chosen lr ({source})")
 
 
-def _dense_learned(t: pd.Series, cfg: dict[str, Any]) -> bool:
+def _dense_learned(t: pd.Series, cfg: Config) -> bool:
     return any(t[f"{m}_gain"] > 0 and significant(t[f"{m}_gain_p"], cfg)
                for m in MEASURES if f"{m}_gain" in t)
 
 
-def c7_pairs(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def c7_pairs(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """C7's comparison per (model, measure): pass@1 (%) before RL, of dense AdamW and of LoGRA,
     LoGRA's paired difference to AdamW and its Holm p-value, whether LoGRA "matches or exceeds"
     (not significantly below AdamW), "exceeds" (significantly above), and whether dense AdamW
@@ -516,7 +551,7 @@ def c7_pairs(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
     return pd.DataFrame(rows)
 
 
-def c7_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+def c7_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> ClaimRow:
     """C7 by rule, on the models run (`c7_pairs`). LoGRA "matches or exceeds" dense AdamW on a
     measure when it is not significantly below it (paired test, Holm p < alpha). On every
     (model, measure): reproduced; on some: partly; on none: not reproduced. Matching a dense
@@ -541,7 +576,7 @@ def c7_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
     return ClaimRow("C7", C7_REPORTED, text, _scale_text(runs, cfg), verdict)
 
 
-def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> ClaimRow:
     """C8 by rule. At 27B (Gemma-3-27B among the models): LoGRA's greedy pass@1 and LoRA's gap to
     it within `c8_tolerance` points of the report, on GSM8K (the run's task) and MATH (an extra
     eval task): all: reproduced; some: partly; none: not reproduced. Elsewhere only the
@@ -588,7 +623,7 @@ def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) ->
     return ClaimRow("C8", C8_REPORTED, "; ".join(parts), scale, verdict)
 
 
-def gpu_rows(cfg: dict[str, Any]) -> list[ClaimRow]:
+def gpu_rows(cfg: Config) -> list[ClaimRow]:
     """"needs GPU scale" rows, with the commands, for the reported scales not run here."""
     rows = []
     for scale in ("1.5b", "7b"):
@@ -614,7 +649,7 @@ def _gpu_text(scale: str) -> str:
             f"{' and '.join(gpu['extra_eval_tasks'])}; one run: `{example}`)")
 
 
-def claims(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
+def claims(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> list[ClaimRow]:
     """C7 and C8 on the runs here, then the reported scales that were not run."""
     return [c7_claim(runs, problems, cfg), c8_claim(runs, problems, cfg), *gpu_rows(cfg)]
 
@@ -622,7 +657,7 @@ def claims(runs: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> l
 # ---------------------------------------------------------------- figures
 
 
-def plot_sweep(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_sweep(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Held-out pass@1 after RL against lr at `sweep_seed`, a line per method (its registry
     colour), the chosen lr ringed, the policy before RL dashed; a row per model, a column per
     measure."""
@@ -656,7 +691,7 @@ def plot_sweep(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return fig
 
 
-def plot_accuracy(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_accuracy(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Held-out greedy and sampled pass@1 per method at its chosen lr: bars = mean over seeds,
     dots = seeds (seaborn's barplot and swarmplot), dashed = before RL; a row per model."""
     final = at_chosen(runs, cfg)
@@ -701,7 +736,7 @@ def plot_accuracy(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return grid.figure
 
 
-def plot_cost(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_cost(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Optimizer-state bytes and median step time per method at its chosen lr (a bar per
     model)."""
     final = at_chosen(runs, cfg)
@@ -744,7 +779,7 @@ def plot_cost(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
 SMOOTH_STEPS = 10  # rolling mean of the training reward in `plot_training`
 
 
-def plot_training(runs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_training(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Per step, each method at its chosen lr: KL(π_θ ‖ π_ref) per token (log) and the training
     reward (rolling mean over `SMOOTH_STEPS`); lines are means over seeds, bands the lowest to
     the highest seed; a row per model."""

@@ -14,6 +14,7 @@ optimizer's own name for it) unless its preset says otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,18 +33,6 @@ GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "m
              "eval_every", "eval_prompts", "eval_batch_size", "eval_samples",
              "eval_sampled_prompts", "results_dir")
 ALWAYS_SHOWN = ("optimizer", "seed", "steps", "lr")  # keys `command` writes even at their default
-
-
-def check_runs(cfg: dict[str, Any]) -> dict[str, Any]:
-    """`cfg` itself, once its `methods`, `seeds`, `steps` and `workers` are valid (ValueError
-    naming them otherwise)."""
-    unknown = sorted(set(cfg["methods"]) - set(METHODS))
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; valid: {list(METHODS)}")
-    if not cfg["seeds"] or cfg["steps"] < 1 or cfg["workers"] < 0:
-        raise ValueError("seeds must be non-empty, steps >= 1 and workers >= 0 (0: one per "
-                         "CPU core)")
-    return cfg
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +65,7 @@ class Run:
         return short if self.delta is None else f"{short} + control, δ = {self.delta:g}"
 
 
-def grpo_config(cfg: dict[str, Any], run: Run) -> grpo.GRPOConfig:
+def grpo_config(cfg: Mapping[str, Any], run: Run) -> grpo.GRPOConfig:
     """The resolved logra.rl config of `run` under experiment config `cfg`: grpo.yaml at
     `grpo_scale`, the experiment's `GRPO_KEYS`, what the run sets, then the method's preset
     (which may turn the control off: its δ is the run's `delta`, else the experiment's
@@ -113,14 +102,14 @@ def _yaml(value: Any) -> str:
     return str(value)
 
 
-def is_real_scale(cfg: dict[str, Any], model: str | None = None) -> bool:
+def is_real_scale(cfg: Mapping[str, Any], model: str | None = None) -> bool:
     """Whether the runs of `cfg` use a hub model (GPU scale) rather than a proxy built here."""
     model = model or grpo.resolve(scale=cfg["grpo_scale"],
                                   **({"model": cfg["model"]} if cfg.get("model") else {})).model
     return not (model in SCALES and SCALES[model].is_proxy) and not Path(model).is_dir()
 
 
-def prepare_inputs(cfg: dict[str, Any], models: list[str], tasks: list[str]) -> None:
+def prepare_inputs(cfg: Mapping[str, Any], models: list[str], tasks: list[str]) -> None:
     """Build missing proxies and generate the task data in this process, before any worker
     starts (workers must not build the same proxy or write the same cache at once); both under
     <results_dir> (models/, data/), where the runs look for them."""

@@ -35,20 +35,33 @@ problem, greedy, sampled), with the policy before RL as method "base".
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
+from pydantic import Field
 
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments import grpo_runs
 from logra.experiments.comparison import paired
 from logra.experiments.grpo_runs import Run
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
+from logra.experiments.typed import (
+    Count,
+    GRPOCount,
+    Level,
+    Method,
+    Positive,
+    Seeds,
+    Shape,
+    Task,
+    Window,
+    Workers,
+)
 from logra.methods import METHODS
 from logra.rl import config as grpo
 from logra.rl import runner
@@ -69,14 +82,12 @@ def family(method: str) -> str:
     return FREE.get(method, method)
 
 
-def _points(cfg: dict[str, Any]) -> list[tuple[str, float, float | None]]:
+def _points(cfg: Config) -> list[tuple[str, float, float | None]]:
     """`points` as (method, lr, δ): δ is the entry's third value, else
     `predicted_kl_threshold`, for a controlled method, and None for the others. ValueError
     naming a bad entry."""
     points = []
-    for entry in cfg["points"]:
-        if not isinstance(entry, list | tuple) or len(entry) not in (2, 3):
-            raise ValueError(f"points: {entry!r} is not [method, lr] or [method, lr, δ]")
+    for entry in cfg["points"]:  # [method, lr] or [method, lr, δ]: the type says so
         method, lr, *delta = entry
         if method not in METHODS:
             raise ValueError(f"points: unknown method {method!r}; valid: {list(METHODS)}")
@@ -94,33 +105,69 @@ def _points(cfg: dict[str, Any]) -> list[tuple[str, float, float | None]]:
     return points
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/kl_control.yaml at `scale`, with the `overrides` that are not None on top
+@typed
+class Config(TypedConfig):
+    """experiments/kl_control.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "kl_control"
+    scale: str
+    grpo_scale: str
+    model: str
+    task: Task
+    rank: GRPOCount
+    prompts_per_step: GRPOCount
+    group_size: GRPOCount
+    max_new_tokens: GRPOCount
+    eval_prompts: GRPOCount
+    eval_samples: GRPOCount
+    eval_sampled_prompts: GRPOCount
+    eval_batch_size: GRPOCount
+    results_dir: str
+    steps: Count
+    seeds: Seeds
+    workers: Workers
+    predicted_kl_threshold: Positive | None
+    # [method, lr] or [method, lr, δ]: checked by `_points`
+    points: Annotated[list[Annotated[list[Any], Field(min_length=2, max_length=3)]],
+                      Field(min_length=1)]
+    stress_lr: Positive
+    studies: Annotated[list[Literal[STUDIES]], Field(min_length=1)]
+    budget_runs: dict[str, dict[str, Any]]  # GRPO keys, checked when each run's is built
+    budget_method: Method
+    budget_lr: Positive
+    budget_steps: Count
+    budget_seeds: Seeds
+    budget_probe_every: Count
+    budget_probe_prompts: Count
+    cost_batches: list[Shape]  # [prompts, samples per prompt]
+    cost_lr: Positive
+    cost_steps: Count
+    cost_rounds: Annotated[int, Field(ge=2)]  # the first is a warm-up
+    alpha: Level
+    smooth_steps: Count
+    final_steps: Count
+    runaway_kl: Positive
+    c5_window: Window
+    c6_factor: Positive
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/kl_control.yaml at `scale`, with the overrides that are not None on top
     (a notebook's parameters pass None for "the scale's value"), checked."""
-    cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
-    studies = cfg["studies"]
-    if not studies or not set(studies) <= set(STUDIES):
-        raise ValueError(f"studies must be a non-empty list of {list(STUDIES)}, got {studies!r}")
+    cfg = Config.load(scale, **{k: v for k, v in overrides.items() if v is not None})
     points = _points(cfg)
-    if not points:
-        raise ValueError("points must be non-empty")
-    stress = {m for m, lr, _ in points if lr == cfg["stress_lr"]}
-    if "frontier" in studies and not {"adamw", "naive"} <= stress:
-        raise ValueError(f"points must hold adamw and naive at stress_lr {cfg['stress_lr']:g} "
+    stress = {m for m, lr, _ in points if lr == cfg.stress_lr}
+    if "frontier" in cfg.studies and not {"adamw", "naive"} <= stress:
+        raise ValueError(f"points must hold adamw and naive at stress_lr {cfg.stress_lr:g} "
                          f"(the C5 stress test); they hold {sorted(stress)}")
-    if cfg["budget_runs"] and not (cfg["budget_method"] in METHODS
-                                   and METHODS[cfg["budget_method"]].controllable):
+    if cfg.budget_runs and not METHODS[cfg.budget_method].controllable:
         raise ValueError(f"budget_method must be one of "
                          f"{[m for m, spec in METHODS.items() if spec.controllable]}, "
-                         f"got {cfg['budget_method']!r}")
-    if not cfg["seeds"] or cfg["steps"] < 1 or cfg["workers"] < 0:
-        raise ValueError("seeds must be non-empty, steps >= 1 and workers >= 0")
-    if not 0 < cfg["alpha"] < 1:
-        raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
+                         f"got {cfg.budget_method!r}")
     return cfg
 
 
-def plan(cfg: dict[str, Any]) -> list[Run]:
+def plan(cfg: Config) -> list[Run]:
     """Every run of the `studies` asked for: the points at every seed, then the budget study's
     (each budget run also has its `setting`, its name in `budget_runs`, and the GRPO keys that
     setting gives), each evaluated before and after training."""
@@ -141,7 +188,7 @@ def plan(cfg: dict[str, Any]) -> list[Run]:
     return runs
 
 
-def grpo_config(cfg: dict[str, Any], run: Run) -> grpo.GRPOConfig:
+def grpo_config(cfg: Config, run: Run) -> grpo.GRPOConfig:
     """The resolved `logra.rl` config of one run (`grpo_runs.grpo_config`)."""
     return grpo_runs.grpo_config(cfg, run)
 
@@ -155,7 +202,7 @@ def _job(config: grpo.GRPOConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
 KEYS = ["study", "method", "delta", "lr", "seed", "setting"]
 
 
-def run(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every run of `plan(cfg)` (cached runs are read back): the `frame` and `problems` frames
     of the module docstring."""
     runs = plan(cfg)
@@ -202,7 +249,7 @@ COST_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def control_cost(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+def control_cost(cfg: Config, progress: bool = True) -> pd.DataFrame:
     """Seconds per GRPO step (rollout, update, measurements) of each of `COST_SETTINGS`, for
     each batch (prompts, samples) of `cost_batches`: the trainers take `cost_rounds` rounds of
     `cost_steps` steps in turn, in one process on one thread, so that the machine's noise falls
@@ -251,7 +298,7 @@ def _runs(frame: pd.DataFrame, study: str) -> pd.DataFrame:
     return frame[frame["study"] == study]
 
 
-def per_run(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def per_run(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """One row per run: final KL to the reference (mean of the last `final_steps` steps), peak
     KL (rolling mean over `smooth_steps`), the first step above `runaway_kl`, share of clipped
     steps, median γ and step KL, reward over the last `final_steps`, the final β, held-out
@@ -299,7 +346,7 @@ def _point_groups(runs: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
     return runs.groupby(["method", "lr", "delta"], dropna=False, sort=False)
 
 
-def frontier_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def frontier_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                    ) -> pd.DataFrame:
     """One row per point (method, lr, δ): seeds, steps the control cut, median step KL, final
     and peak KL to the reference, held-out pass@1 (%, seed mean) and its gain over the policy
@@ -349,7 +396,7 @@ def _by_problem(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.groupby("problem")[list(MEASURES)].agg(["mean", "count"])
 
 
-def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                      ) -> pd.DataFrame:
     """Per controlled point and measure: its final KL and held-out pass@1 (%); the lr cut's
     pass@1 at the same KL (`lr_matched`, "NaN" outside the cut's range) and the difference;
@@ -394,7 +441,7 @@ def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str,
     return holm_cells(pd.DataFrame(rows), tests)
 
 
-def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                  ) -> pd.DataFrame:
     """Per setting of the budget study: the KL to the reference at the end and at its highest,
     on the batches (noisy: each is B fresh completions) and on the drift probe (the same
@@ -438,7 +485,7 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
     return holm_cells(pd.DataFrame(rows), tests)
 
 
-def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                  ) -> pd.DataFrame:
     """The points at `stress_lr`: as `frontier_table`, plus the first step whose smoothed KL
     to the reference exceeds `runaway_kl` (per seed)."""
@@ -451,7 +498,7 @@ def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any
     return table
 
 
-def _stress_runs(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def _stress_runs(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     runs = _runs(frame, "frontier")
     return runs[runs["lr"] == cfg["stress_lr"]]
 
@@ -464,14 +511,14 @@ def _steps_text(steps: pd.Series) -> str:
 # ---------------------------------------------------------------- claims
 
 
-def _scale_text(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
+def _scale_text(frame: pd.DataFrame, cfg: Config) -> str:
     example = grpo_config(cfg, plan(cfg)[0])
     return (f"{cfg['scale']}: {example.model}, lr {cfg['stress_lr']:g}, {cfg['steps']} GRPO "
             f"steps ({example.prompts_per_step} × {example.group_size}), "
             f"{_stress_runs(frame, cfg)['seed'].nunique()} seed(s)")
 
 
-def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                     ) -> ClaimRow:
     """C5 at the stress learning rate. The naive projection *runs away* when its smoothed KL to
     the reference exceeds `runaway_kl` nats/token within `c5_window` steps. Every seed: reproduced
@@ -503,7 +550,7 @@ def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, 
                     "steps (proxy stress test)", text, _scale_text(frame, cfg), verdict)
 
 
-def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                     ) -> ClaimRow:
     """C6 at the stress learning rate: does the control prevent a runaway? For each controlled
     method with its uncontrolled twin (`FREE`) at `stress_lr`: reproduced when the uncontrolled
@@ -540,7 +587,7 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, 
                     text, _scale_text(frame, cfg), verdict)
 
 
-def claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
+def claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> list[ClaimRow]:
     return [c5_stress_claim(frame, problems, cfg), c6_stress_claim(frame, problems, cfg)]
 
 
@@ -570,7 +617,7 @@ def _extent(values: pd.Series) -> list[list[float]]:
     return [[max(mean - values.min(), 0.0)], [max(values.max() - mean, 0.0)]]
 
 
-def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                   ) -> plt.Figure:
     """Held-out pass@1 against final KL to the reference, one panel per measure: each family's
     lr cut (its uncontrolled runs, circles joined in lr order), each controlled point (a marker
@@ -627,7 +674,7 @@ def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, An
     return fig
 
 
-def plot_runs(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_runs(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """The runs at `stress_lr`: KL to the reference per step (log) and the control's γ, one
     line per (method, δ): the seed mean, with the seed range as a band."""
     runs = _stress_runs(frame, cfg)
@@ -659,7 +706,7 @@ def plot_runs(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return fig
 
 
-def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: dict[str, Any]
+def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                 ) -> plt.Figure:
     """Budget study: KL to the reference per step for each setting (the batches' KL: seed mean,
     band over the seeds; dots: the highest drift probe over the seeds; dotted: the drift

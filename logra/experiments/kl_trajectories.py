@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -43,12 +43,23 @@ import pandas as pd
 import torch
 
 from logra import io
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments import grpo_runs
-from logra.experiments.grpo_runs import check_runs, command, grpo_job, is_real_scale, prepare_inputs
+from logra.experiments.grpo_runs import command, grpo_job, is_real_scale, prepare_inputs
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
+from logra.experiments.typed import (
+    Count,
+    GRPOCount,
+    Method,
+    Methods,
+    Positive,
+    Seeds,
+    Task,
+    Window,
+    Workers,
+)
 from logra.methods import METHODS
 from logra.optim.kl import predicted_kl_jvp
 from logra.rl import config as grpo
@@ -63,28 +74,56 @@ C6_REPORTED = ("predicted-KL step control prevents that collapse; KL curves matc
                "over 1,100 steps")
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
+@typed
+class Config(TypedConfig):
+    """experiments/kl_trajectories.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "kl_trajectories"
+    scale: str
+    grpo_scale: str
+    methods: Methods
+    method_lr: dict[Method, Positive] | None
+    seeds: Seeds
+    steps: Count
+    workers: Workers
+    predicted_kl_threshold: Positive | None
+    model: str | None
+    task: Task | None
+    lr: Positive | None
+    rank: GRPOCount
+    prompts_per_step: GRPOCount
+    group_size: GRPOCount
+    max_new_tokens: GRPOCount
+    eval_prompts: GRPOCount
+    eval_samples: GRPOCount
+    eval_sampled_prompts: GRPOCount
+    eval_batch_size: GRPOCount
+    results_dir: str
+    calibration_keys: dict[str, Any]  # GRPO keys, checked when the calibration's config is built
+    calibration_seeds: Seeds
+    calibration_steps: Count
+    smooth_steps: Count
+    c5_window: Window
+    c5_factor: Positive
+    c5_min_kl: Positive
+    final_steps: Count
+    c6_factor: Positive
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
     """experiments/kl_trajectories.yaml at `scale`, with `overrides` on top, checked."""
-    cfg = check_runs(load_config(EXPERIMENT, scale, **overrides))
-    lrs = cfg["method_lr"] or {}
-    unknown = sorted(set(lrs) - set(METHODS))
-    if unknown:
-        raise ValueError(f"method_lr names unknown methods {unknown}; valid: {list(METHODS)}")
-    bad = {m: lr for m, lr in lrs.items() if not (isinstance(lr, int | float) and lr > 0)}
-    if bad:
-        raise ValueError(f"method_lr must hold positive numbers, got {bad}")
-    return cfg
+    return Config.load(scale, **overrides)
 
 
 # ---------------------------------------------------------------- GRPO configs
 
 
-def method_lr(cfg: dict[str, Any], method: str) -> float | None:
+def method_lr(cfg: Config, method: str) -> float | None:
     """The lr of `method`'s runs: `method_lr`'s, else `lr` (None: grpo.yaml's)."""
     return (cfg["method_lr"] or {}).get(method, cfg["lr"])
 
 
-def grpo_config(cfg: dict[str, Any], method: str, seed: int) -> grpo.GRPOConfig:
+def grpo_config(cfg: Config, method: str, seed: int) -> grpo.GRPOConfig:
     """The resolved GRPO config of `method` at `seed`, at its lr, evaluated before and after
     training (as notebooks 04 and 09 build theirs, so equal settings share a run)."""
     return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=method, seed=seed,
@@ -92,7 +131,7 @@ def grpo_config(cfg: dict[str, Any], method: str, seed: int) -> grpo.GRPOConfig:
                                                     eval_every=cfg["steps"]))
 
 
-def calibration_config(cfg: dict[str, Any], seed: int) -> grpo.GRPOConfig:
+def calibration_config(cfg: Config, seed: int) -> grpo.GRPOConfig:
     """LoGRA gain predicting every step's KL with the calibrated estimate and an infinite
     budget (never clips), at the GRPO keys of `calibration_keys`."""
     config = grpo_runs.grpo_config({**cfg, **cfg["calibration_keys"]},
@@ -148,7 +187,7 @@ def calibration_run(config: grpo.GRPOConfig) -> pd.DataFrame:
     return frame
 
 
-def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
     """Every (method, seed) run and the calibration runs of `cfg`, as one tidy frame
     (columns: method, seed, then `logra.rl.COLUMNS`, then jvp_kl)."""
     configs = {(m, s): grpo_config(cfg, m, s) for m in cfg["methods"] for s in cfg["seeds"]}
@@ -194,7 +233,7 @@ def final_kl(frame: pd.DataFrame, last: int) -> pd.Series:
         lambda r: r.sort_values("step")["kl"].tail(last).mean(), include_groups=False)
 
 
-def trajectory_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def trajectory_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """One row per method: final and peak KL, step KL, the control's γ, reward, step time
     (held-out accuracy of the final policies: the comparison notebook)."""
     runs = trajectories(frame)
@@ -348,7 +387,7 @@ def diagonal_calibration(frame: pd.DataFrame) -> float:
     return _fit(points["predicted"], points["measured"])["ratio"]
 
 
-def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
+def summary(frame: pd.DataFrame, cfg: Config) -> str:
     """A few sentences read off the numbers: final KL against dense AdamW's, how often the
     control cut a step, and the calibration factors."""
     runs = trajectories(frame)
@@ -374,14 +413,14 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- claims
 
 
-def _scale_text(frame: pd.DataFrame, cfg: dict[str, Any]) -> str:
+def _scale_text(frame: pd.DataFrame, cfg: Config) -> str:
     runs = trajectories(frame)
     model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0]).model
     return (f"{cfg['scale']}: {model}, {int(runs['step'].max())} GRPO steps, "
             f"{runs['seed'].nunique()} seed(s), each method at its lr")
 
 
-def c5_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+def c5_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
     """C5 by rule. KL is smoothed by a rolling mean over `smooth_steps` steps; only steps up to
     the end of `c5_window` count. A naive-projection seed *explodes* when its peak exceeds both
     `c5_factor` × the highest peak of any dense AdamW seed and `c5_min_kl` nats per token.
@@ -410,7 +449,7 @@ def c5_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     return ClaimRow("C5", C5_REPORTED, text, _scale_text(frame, cfg), verdict)
 
 
-def c6_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+def c6_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
     """C6 by rule, at the steps run here. Final KL = mean KL to the reference over each run's
     last `final_steps` steps. Controlled LoGRA (gain) tracks dense AdamW when its seed-mean final
     KL lies inside dense AdamW's seed band [min, max]: reproduced; within `c6_factor` of the band
@@ -441,7 +480,7 @@ def c6_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
     return ClaimRow("C6", C6_REPORTED, text, _scale_text(frame, cfg), verdict)
 
 
-def c6_long_horizon(cfg: dict[str, Any]) -> ClaimRow | None:
+def c6_long_horizon(cfg: Config) -> ClaimRow | None:
     """The 1,100-step half of C6 on a real model, when the runs here are shorter or proxies."""
     if cfg["steps"] >= 1100 and is_real_scale(cfg):
         return None
@@ -453,7 +492,7 @@ def c6_long_horizon(cfg: dict[str, Any]) -> ClaimRow | None:
     return ClaimRow("C6", C6_REPORTED, text, "1.5B, 1,100 steps", "needs GPU scale")
 
 
-def claims(frame: pd.DataFrame, cfg: dict[str, Any]) -> list[ClaimRow]:
+def claims(frame: pd.DataFrame, cfg: Config) -> list[ClaimRow]:
     """The claim rows of the notebook: C5, C6, and C6 at 1,100 steps where not run here."""
     rows = [c5_claim(frame, cfg), c6_claim(frame, cfg)]
     long = c6_long_horizon(cfg)
@@ -489,7 +528,7 @@ def _band(ax: plt.Axes, runs: pd.DataFrame, column: str, method: str, lr: float,
                    + ("s)" if seeds > 1 else ")"))
 
 
-def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_trajectories(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """KL to the reference, the step's own KL, γ of the controlled methods and the reward per
     step: the mean over seeds, the band from the lowest to the highest seed."""
     runs = trajectories(frame).copy()
@@ -539,7 +578,7 @@ def plot_trajectories(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return fig
 
 
-def plot_calibration(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_calibration(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Predicted against measured KL of each step, log-log, with y = x and the fitted y = c·x:
     the default calibrated estimate, the raw diagonal one and the exact JVP probe."""
     points = {name: data for name, data in calibration_points(frame).items()

@@ -55,18 +55,21 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments.report import ClaimRow
+from logra.experiments.typed import Betas, Count, ModelScale, NonNegative, Positive, Task, Window
 from logra.optim import LoGRA
 from logra.optim import sketch as sk
+from logra.optimizers import Reconstruction
 
 COLUMNS = ("run", "refresh_every", "reconstruction", "step", "metric", "value")
 STATE_METRICS = ("rel_error", "fresh_rel_error", "cosine", "fresh_cosine", "state_drift",
@@ -78,9 +81,38 @@ C11_REPORTED = ("beyond 10,000 steps, accumulated sketch error drifts the moment
                 "1,000–2,500 steps are safe")
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/long_horizon.yaml at `scale`, with `overrides` on top."""
-    return load_config("long_horizon", scale, **overrides)
+@typed
+class Config(TypedConfig):
+    """experiments/long_horizon.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "long_horizon"
+    scale: str
+    seed: int
+    model: ModelScale
+    task: Task
+    text_rows: Count
+    batch_size: Count
+    seq_len: Count
+    steps: Count
+    lr: Positive
+    betas: Betas
+    eps: Positive
+    weight_decay: NonNegative
+    rank: Count
+    reconstructions: Annotated[list[Reconstruction], Field(min_length=1)]
+    refresh_every: Annotated[list[Count | None], Field(min_length=1)]  # None: fixed projections
+    measure_every: Count
+    log_points: Count
+    early_window: Window
+    safe_window: Window
+    late_window: Window
+    c11_threshold: Positive
+    results_dir: str
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/long_horizon.yaml at `scale`, with `overrides` on top, checked."""
+    return Config.load(scale, **overrides)
 
 
 def run_name(refresh_every: int | None) -> str:
@@ -91,7 +123,7 @@ def run_name(refresh_every: int | None) -> str:
 # ---------------------------------------------------------------- the gradient stream
 
 
-def packed_text(cfg: dict[str, Any], tokenizer) -> Tensor:
+def packed_text(cfg: Config, tokenizer) -> Tensor:
     """The first `text_rows` task rows (prompt + solution + eos), token ids packed end to end
     and cut into chunks: (chunks, seq_len) int64."""
     from logra.data import load_task, to_sft
@@ -105,7 +137,7 @@ def packed_text(cfg: dict[str, Any], tokenizer) -> Tensor:
     return torch.tensor(ids[:chunks * cfg["seq_len"]]).view(chunks, cfg["seq_len"])
 
 
-def measurement_steps(cfg: dict[str, Any]) -> list[int]:
+def measurement_steps(cfg: Config) -> list[int]:
     """Steps to measure at: every `measure_every`, `log_points` log-spaced from 1, and the first
     two steps of every refresh epoch (where transported state error is largest)."""
     steps = cfg["steps"]
@@ -231,7 +263,7 @@ def measurement_rows(t: int, runs: list[Run], shadow: torch.optim.Optimizer,
     return rows
 
 
-def _policy(cfg: dict[str, Any]) -> tuple[nn.Module, Any]:
+def _policy(cfg: Config) -> tuple[nn.Module, Any]:
     """Model and tokenizer of the proxy `model`, under <results_dir>/models (built first if
     missing: seconds for smoke)."""
     from logra.models import load_policy, prepare
@@ -241,7 +273,7 @@ def _policy(cfg: dict[str, Any]) -> tuple[nn.Module, Any]:
                                    data_dir=results / "data", progress=False)))
 
 
-def run(cfg: dict[str, Any]) -> pd.DataFrame:
+def run(cfg: Config) -> pd.DataFrame:
     """Train the policy for `steps` steps and measure every optimizer on the grid (docstring)."""
     torch.manual_seed(cfg["seed"])
     model, tokenizer = _policy(cfg)
@@ -295,7 +327,7 @@ def run(cfg: dict[str, Any]) -> pd.DataFrame:
 # ---------------------------------------------------------------- tables and the verdict
 
 
-def window_medians(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def window_medians(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Median of every metric per run (and reconstruction) in the early, safe and late windows.
 
     Index (run, reconstruction, metric); columns the three windows, "early a–b" etc.
@@ -309,7 +341,7 @@ def window_medians(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(parts)
 
 
-def drift_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def drift_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Window medians as a flat table, metrics in METRICS order, runs in config order."""
     table = window_medians(frame, cfg).reset_index()
     order = {m: i for i, m in enumerate(METRICS)}
@@ -320,7 +352,7 @@ def drift_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def c11_claim(frame: pd.DataFrame, cfg: dict[str, Any], threshold: float | None = None
+def c11_claim(frame: pd.DataFrame, cfg: Config, threshold: float | None = None
               ) -> ClaimRow:
     """Claim C11, judged from the window medians by a fixed rule.
 
@@ -408,7 +440,7 @@ def binned(sel: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame:
     return stats
 
 
-def plot_drift(frame: pd.DataFrame, cfg: dict[str, Any], bins: int = 40) -> plt.Figure:
+def plot_drift(frame: pd.DataFrame, cfg: Config, bins: int = 40) -> plt.Figure:
     """Six panels against step (log x): first-moment error and cosine (solid: from LoGRA's state,
     dashed: a fresh sketch of the same momentum), state drift, second-moment energy error,
     update cosine per reconstruction, and the policy's loss.

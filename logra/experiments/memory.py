@@ -16,16 +16,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import cache
+from typing import Annotated, Any, ClassVar, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from pydantic import Field
 from torch import nn
 
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments.report import ClaimRow
+from logra.experiments.typed import Count, Counts, NonNegative, NonNegativeInt, Positive
 from logra.memory import (
+    ARCHITECTURES,
     Assumptions,
     ModelStats,
     architecture,
@@ -35,7 +39,8 @@ from logra.memory import (
     oom_step,
     simulate,
 )
-from logra.memory.budget import GIB, STATIC, TRAINING, budget, max_fitting_length
+from logra.memory import OPTIMIZERS as STATE_OPTIMIZERS
+from logra.memory.budget import GIB, SHARDINGS, STATIC, TRAINING, budget, max_fitting_length
 
 ASSUMPTION_KEYS = tuple(f.name for f in dataclasses.fields(Assumptions))
 LABELS = {
@@ -62,14 +67,59 @@ C2_REPORTED = {"qwen2.5-1.5b": 21.8, "qwen2.5-7b": 45.7}
 C3_ADDITIONAL_GB, C3_RANGE_GB, C3_RANGE_BYTES = 108.0, (324.0, 432.0), (12, 16)
 # C4: dense Adam runs out before step 80, LoGRA runs 1,100+ steps
 C4_ADAMW_BEFORE, C4_LOGRA_AT_LEAST = 80, 1100
+Architecture = Literal[tuple(ARCHITECTURES)]
+Variant = Literal[tuple(LABELS)]  # a row of the state table
+StateOptimizer = Literal[STATE_OPTIMIZERS]  # an optimizer `logra.memory` counts the state of
 
 
-def config(scale: str = "default", **overrides) -> dict:
-    """experiments/memory.yaml at `scale`, with `overrides` on top."""
-    return load_config("memory", scale, **overrides)
+@typed
+class Config(TypedConfig):
+    """experiments/memory.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "memory"
+    scale: str
+    models: Annotated[list[Architecture], Field(min_length=1)]
+    variants: Annotated[list[Variant], Field(min_length=1)]
+    budget_models: list[Architecture]
+    budget_optimizers: list[StateOptimizer]
+    oom_model: Architecture
+    oom_optimizers: list[StateOptimizer]
+    growth_rates: Annotated[list[Positive], Field(min_length=1)]
+    rank: Count
+    embedding_rank: Count
+    lora_rank: Count
+    c2_micro_batches: Counts
+    c2_seq_lens: Counts
+    n_gpus: Count
+    gpu_memory_gib: Positive
+    reserved_gib: NonNegative
+    sharding: Literal[SHARDINGS]
+    weight_bytes: Count
+    grad_bytes: Count
+    master_weights: bool
+    reference_model: bool
+    prefetch_layers: NonNegativeInt
+    micro_batch: Count
+    activation_checkpointing: bool
+    activation_bytes: Count
+    logit_bytes: Count
+    fp32_logit_copies: NonNegativeInt
+    rollout_sequences_per_gpu: Count
+    kv_bytes: Count
+    kv_cache_persists: bool
+    prompt_length: Count
+    initial_response_length: Count
+    response_growth_per_step: NonNegative
+    max_response_length: Count | None  # None: uncapped
+    max_steps: Count
 
 
-def assumptions(cfg: dict, **changes) -> Assumptions:
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/memory.yaml at `scale`, with `overrides` on top, checked."""
+    return Config.load(scale, **overrides)
+
+
+def assumptions(cfg: Config, **changes) -> Assumptions:
     """The node budget's assumptions from a config (and `changes` on top)."""
     return dataclasses.replace(Assumptions(**{k: cfg[k] for k in ASSUMPTION_KEYS}), **changes)
 
@@ -79,7 +129,7 @@ def _model(name: str) -> nn.Module:
     return architecture(name).build(torch.float32)
 
 
-def _options(cfg: dict, variant: str) -> tuple[str, dict]:
+def _options(cfg: Config, variant: str) -> tuple[str, dict]:
     """The optimizer and `counted_state_bytes` options of a row of the state table."""
     if variant not in LABELS:
         raise ValueError(f"unknown variant {variant!r}; valid: {list(LABELS)}")
@@ -107,7 +157,7 @@ def _stats(name: str, optimizer: str, options: tuple) -> ModelStats:
     return model_stats(_model(name), optimizer, **dict(options))
 
 
-def stats(cfg: dict, name: str, variant: str) -> ModelStats:
+def stats(cfg: Config, name: str, variant: str) -> ModelStats:
     """Budget statistics of an architecture under a state-table variant (cached)."""
     optimizer, options = _options(cfg, variant)
     if variant == "adamw" and not cfg["master_weights"]:
@@ -115,7 +165,7 @@ def stats(cfg: dict, name: str, variant: str) -> ModelStats:
     return _stats(name, optimizer, tuple(sorted(options.items())))
 
 
-def run(cfg: dict) -> pd.DataFrame:
+def run(cfg: Config) -> pd.DataFrame:
     """Optimizer-state bytes by optimizer × architecture.
 
     Columns: model, variant, optimizer (label), state_bytes, params, bytes_per_param,
@@ -141,7 +191,7 @@ def state_table(frame: pd.DataFrame) -> pd.DataFrame:
     return wide.loc[order, list(dict.fromkeys(frame["model"]))].reset_index()
 
 
-def param_counts(cfg: dict) -> pd.DataFrame:
+def param_counts(cfg: Config) -> pd.DataFrame:
     """Parameter counts of the built architectures beside the published ones."""
     rows = []
     for name in cfg["models"]:
@@ -155,7 +205,7 @@ def param_counts(cfg: dict) -> pd.DataFrame:
         "non_embedding_error_percent", "source"])
 
 
-def budget_frame(cfg: dict) -> pd.DataFrame:
+def budget_frame(cfg: Config) -> pd.DataFrame:
     """Per-GPU bytes by component for each budget model × optimizer, at the initial length.
 
     Columns: model, optimizer, component, phase (static / training / rollout), gib, seq_len,
@@ -215,7 +265,7 @@ def plot_budget(frame: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def oom_run(cfg: dict) -> pd.DataFrame:
+def oom_run(cfg: Config) -> pd.DataFrame:
     """Peak per-GPU memory at every step of the default RL run, for the OOM model."""
     a = assumptions(cfg)
     frame = simulate({LABELS[v]: stats(cfg, cfg["oom_model"], v)
@@ -223,7 +273,7 @@ def oom_run(cfg: dict) -> pd.DataFrame:
     return frame.assign(model=architecture(cfg["oom_model"]).label)
 
 
-def oom_curve(cfg: dict, growth_rates: list[float] | None = None) -> pd.DataFrame:
+def oom_curve(cfg: Config, growth_rates: list[float] | None = None) -> pd.DataFrame:
     """First OOM step (None: none within max_steps) by response growth rate and optimizer."""
     rows = []
     for g in growth_rates or cfg["growth_rates"]:
@@ -234,7 +284,7 @@ def oom_curve(cfg: dict, growth_rates: list[float] | None = None) -> pd.DataFram
         {"oom_step": "Int64"})
 
 
-def oom_table(cfg: dict) -> pd.DataFrame:
+def oom_table(cfg: Config) -> pd.DataFrame:
     """Per optimizer at the default growth: OOM step, longest sequence that fits, headroom."""
     a = assumptions(cfg)
     seq0 = a.prompt_length + a.initial_response_length
@@ -249,7 +299,7 @@ def oom_table(cfg: dict) -> pd.DataFrame:
         {"oom_step": "Int64"})
 
 
-def plot_oom(run_frame: pd.DataFrame, curve: pd.DataFrame, cfg: dict) -> plt.Figure:
+def plot_oom(run_frame: pd.DataFrame, curve: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Left: peak memory over the default run. Right: OOM step against response growth."""
     a = assumptions(cfg)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
@@ -312,7 +362,7 @@ SCOPES = {  # what "optimizer VRAM" might cover: (components, counts activations
 }
 
 
-def c2_search(cfg: dict) -> pd.DataFrame:
+def c2_search(cfg: Config) -> pd.DataFrame:
     """Every accounting of C2's "optimizer VRAM reduction" tried, at 1.5B and 7B.
 
     An accounting is a precision regime × LoGRA variant (r ∈ {16, 32}; embeddings at r, at 64,
@@ -351,7 +401,7 @@ def c2_search(cfg: dict) -> pd.DataFrame:
     return frame
 
 
-def _grid(cfg: dict):
+def _grid(cfg: Config):
     for sharding in ("none", "zero3"):
         for ckpt in (True, False):
             for mb in cfg["c2_micro_batches"]:
@@ -367,7 +417,7 @@ def _reduction(adam: ModelStats, logra: ModelStats, a: Assumptions, parts, seq: 
     return 100 * (1 - total(logra) / total(adam))
 
 
-def claims(cfg: dict, c2: pd.DataFrame, c4: pd.DataFrame, c4_scan: pd.DataFrame
+def claims(cfg: Config, c2: pd.DataFrame, c4: pd.DataFrame, c4_scan: pd.DataFrame
            ) -> list[ClaimRow]:
     """Claim rows C1–C4 from `c2_search`, `c4_table` and `c4_rollout_scan`; each verdict
     follows the rule written beside it."""
@@ -480,7 +530,7 @@ C4_ALTERNATIVES: dict[str, dict] = {  # single changes to the default assumption
 }
 
 
-def c4_window(cfg: dict, **changes) -> tuple[float, float] | None:
+def c4_window(cfg: Config, **changes) -> tuple[float, float] | None:
     """The response growth rates g (tokens/step) at which both halves of C4 hold, if any.
 
     With s_max the longest prompt + response that fits (`max_fitting_length`), the first step
@@ -508,7 +558,7 @@ def _c4_holds(adam: int | None, logra: int | None) -> bool:
             and (logra is None or logra >= C4_LOGRA_AT_LEAST))
 
 
-def c4_table(cfg: dict) -> pd.DataFrame:
+def c4_table(cfg: Config) -> pd.DataFrame:
     """C4 under the default assumptions and under each of `C4_ALTERNATIVES`.
 
     Columns: assumptions, adamw_oom_step, logra_oom_step (at the configured growth, over
@@ -533,7 +583,7 @@ def c4_table(cfg: dict) -> pd.DataFrame:
 C4_ROLLOUT_SCAN = range(1, 129)  # sequences decoded at once per GPU, scanned for a C4 window
 
 
-def c4_rollout_scan(cfg: dict) -> pd.DataFrame:
+def c4_rollout_scan(cfg: Config) -> pd.DataFrame:
     """C4's growth window against the number of sequences decoded at once per GPU.
 
     Columns: rollouts, adamw_max_seq, logra_max_seq, window_low, window_high (NaN: none).
@@ -549,7 +599,7 @@ def c4_rollout_scan(cfg: dict) -> pd.DataFrame:
                                        "window_low", "window_high"])
 
 
-def _c4(cfg: dict, table: pd.DataFrame, scan: pd.DataFrame) -> ClaimRow:
+def _c4(cfg: Config, table: pd.DataFrame, scan: pd.DataFrame) -> ClaimRow:
     default = table.iloc[0]
     a = assumptions(cfg)
 

@@ -45,15 +45,17 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from pydantic import Field
 from torch import nn
 from torch.optim import Optimizer
 
-from logra.config import load_config
+from logra.config import TypedConfig, typed
+from logra.experiments.typed import Count, Counts, NonNegativeInt, Shape
 from logra.memory import counted_state_bytes
 from logra.memory.state import as_dtype
 from logra.optim import LoGRA, RandomProjectionAdam
@@ -63,11 +65,33 @@ from logra.optimizers import PROJECTION_GAP, REGISTRY, build_optimizer, measured
 BASELINE = "adamw"
 FUSED = "adamw-fused"
 CONTROL_ESTIMATORS = ("none", *KL_ESTIMATORS)  # "none": the KL control off
+ControlEstimator = Literal[CONTROL_ESTIMATORS]
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/optimizer_cost.yaml at `scale`, with `overrides` on top."""
-    return load_config("optimizer_cost", scale, **overrides)
+@typed
+class Config(TypedConfig):
+    """experiments/optimizer_cost.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "optimizer_cost"
+    scale: str
+    cases: Annotated[list[str], Field(min_length=1)]  # checked by `_case_model`
+    sweep_sizes: list[Count]
+    table_cases: list[str]
+    logra_ranks: Counts
+    baseline_rank: Count
+    optimizers: list[str]  # empty: every installed one (checked by `_wanted`)
+    rounds: Count
+    warmup_rounds: NonNegativeInt
+    threads: Count
+    device: str  # a torch device: cpu, cuda, cuda:1
+    dtype: Literal["float32", "bfloat16", "float16"]
+    control_estimators: list[ControlEstimator]
+    kl_batch: Shape  # [sequences, tokens]
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/optimizer_cost.yaml at `scale`, with `overrides` on top, checked."""
+    return Config.load(scale, **overrides)
 
 
 # ---------------------------------------------------------------- cases
@@ -107,7 +131,7 @@ def _case_model(name: str) -> nn.Module:
 
 
 def optimizer_builders(
-    cfg: dict[str, Any], language_model: bool = False
+    cfg: Config, language_model: bool = False
 ) -> list[tuple[str, Callable[[nn.Module], Optimizer]]]:
     """(name, builder) of every optimizer of the comparison that is installed and wanted.
 
@@ -188,7 +212,7 @@ def copy_bandwidth(numel: int = 1 << 24, repeats: int = 5, device: str = "cpu") 
     return 2 * 4 * numel / statistics.median(times)
 
 
-def measure_case(case: str, cfg: dict[str, Any]) -> pd.DataFrame:
+def measure_case(case: str, cfg: Config) -> pd.DataFrame:
     """Median step time and state bytes of every optimizer on one case, interleaved."""
     device, dtype = torch.device(cfg["device"]), as_dtype(cfg["dtype"])
     template = build_case(case, cfg["device"], cfg["dtype"])
@@ -248,7 +272,7 @@ def projection_cache_bytes(optimizer: Optimizer) -> int:
     return optimizer.projection_bank.nbytes if isinstance(optimizer, LoGRA) else 0
 
 
-def predicted_bytes(model: nn.Module, name: str, cfg: dict[str, Any]) -> float:
+def predicted_bytes(model: nn.Module, name: str, cfg: Config) -> float:
     """What the accountant predicts is allocated between steps: weights, gradients (both in the
     parameters' dtype) and `logra.memory.counted_state_bytes` (AdamW and LoGRA; NaN for the
     others)."""
@@ -263,7 +287,7 @@ def predicted_bytes(model: nn.Module, name: str, cfg: dict[str, Any]) -> float:
     return 2 * weights + state
 
 
-def projection_cost(case: str, rank: int, cfg: dict[str, Any], repeats: int = 5) -> dict:
+def projection_cost(case: str, rank: int, cfg: Config, repeats: int = 5) -> dict:
     """Regenerate or cache LoGRA's projections on a case: the cache's bytes (every distinct
     shape's P and Q) and the time to draw and QR-factor all of them again, as one step without
     the cache does (median of `repeats`, moved to `device` included)."""
@@ -311,7 +335,7 @@ def _timed_step(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor
     return timed(optimizer.step, next(model.parameters()).device)
 
 
-def run(cfg: dict[str, Any]) -> pd.DataFrame:
+def run(cfg: Config) -> pd.DataFrame:
     """All cases and the matrix-size sweep; one row per (case, optimizer)."""
     torch.set_num_threads(cfg["threads"])
     bandwidth = copy_bandwidth(device=cfg["device"])

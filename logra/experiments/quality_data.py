@@ -28,7 +28,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -42,6 +42,9 @@ from logra.data.text import (
 )
 from logra.quiet import no_dataset_bars
 
+if TYPE_CHECKING:  # the experiment's config; training_quality imports this module
+    from logra.experiments.training_quality import Config
+
 TASKS = ("text", "sft")
 
 
@@ -52,7 +55,7 @@ class Benchmark(Protocol):
     def heldout_loss(self, model: nn.Module, split: str) -> float: ...
 
 
-def benchmark(cfg: dict[str, Any]) -> Benchmark:
+def benchmark(cfg: Config) -> Benchmark:
     """The benchmark `cfg["task"]` names, built once per process (a worker trains many runs)."""
     if cfg["task"] not in TASKS:
         raise ValueError(f"unknown task {cfg['task']!r}; valid: {list(TASKS)}")
@@ -80,7 +83,7 @@ def _cached(task: str, settings: str) -> Benchmark:
 class TextBenchmark:
     """Byte-level pretraining on a corpus (see the module docstring)."""
 
-    def __init__(self, cfg: dict[str, Any]) -> None:
+    def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.corpus = load_corpus(cfg["corpus"], cfg["heldout"])
         self.context = cfg["context"]
@@ -131,7 +134,7 @@ class TextBenchmark:
 class SftBenchmark:
     """The proxies' supervised warm-up task (see the module docstring)."""
 
-    def __init__(self, cfg: dict[str, Any]) -> None:
+    def __init__(self, cfg: Config) -> None:
         from logra.data import load_task, to_sft
         from logra.models.tokenizer import char_tokenizer
 

@@ -54,19 +54,21 @@ naive random projection; weight decay 0, no KL control):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments import sketch_error_measures as measures
 from logra.experiments.plots import line_with_band, rank_axis
 from logra.experiments.report import ClaimRow
 from logra.experiments.sketch_error_plots import method_labels
+from logra.experiments.typed import Betas, Count, Counts, NonNegative, Positive, Seeds, Shape, Share
 from logra.models.random import random_qwen2
 
 RULES = measures.RULES  # adamw, logra_gain, logra_nystrom, naive_projection
@@ -77,15 +79,55 @@ C10_REPORTED = ("rare but important tokens (minus signs, decimal points) whose g
                 "small lose their signal in the sketch (\"subspace blindness\")")
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/rare_tokens.yaml at `scale`, with `overrides` on top."""
-    return load_config("rare_tokens", scale, **overrides)
+@typed
+class Config(TypedConfig):
+    """experiments/rare_tokens.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "rare_tokens"
+    scale: str
+    seeds: Seeds
+    betas: Betas
+    vocab_shape: Shape
+    rare_rows: Count
+    common_tokens: Count
+    zipf: Positive
+    common_alpha: NonNegative
+    noise: NonNegative
+    stream_steps: Count
+    shares: Annotated[list[Share], Field(min_length=1)]
+    ranks: Counts
+    rank_plot_share: Share
+    survival_lr: Positive
+    lm_vocab: Count
+    lm_hidden: Count
+    lm_intermediate: Count
+    lm_layers: Count
+    lm_heads: Count
+    successors: Count
+    seq_len: Count
+    batch_size: Count
+    rare_fraction: Share
+    plant_steps: Count
+    plant_lr: Positive
+    fix_lr: Positive
+    fix_rank: Count
+    max_fix_steps: Count
+    eval_every: Count
+    eval_contexts: Count
+    fixed_fraction: Share
+    c10_survival: Positive
+    c10_slowdown: Positive
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/rare_tokens.yaml at `scale`, with `overrides` on top, checked."""
+    return Config.load(scale, **overrides)
 
 
 # ---------------------------------------------------------------- (a) survival
 
 
-def rare_stream(cfg: dict[str, Any], share: float, seed: int) -> tuple[list[Tensor], Tensor]:
+def rare_stream(cfg: Config, share: float, seed: int) -> tuple[list[Tensor], Tensor]:
     """The stream G_1..G_T (m×n each) of the module docstring, and the rare rows S (indices)."""
     if not 0 < share < 1:
         raise ValueError(f"share must lie in (0, 1), got {share}")
@@ -127,7 +169,7 @@ def rare_metrics(displacement: Tensor, rows: Tensor, signal: Tensor) -> dict[str
     }
 
 
-def survival_rows(cfg: dict[str, Any], share: float, seed: int) -> list[dict[str, Any]]:
+def survival_rows(cfg: Config, share: float, seed: int) -> list[dict[str, Any]]:
     """Every rule at every rank that LoGRA sketches on the stream of (share, seed)."""
     stream, rows = rare_stream(cfg, share, seed)
     signal = torch.stack(stream).mean(dim=0)[rows]
@@ -151,7 +193,7 @@ def survival_rows(cfg: dict[str, Any], share: float, seed: int) -> list[dict[str
 # ---------------------------------------------------------------- (b) steps to fix
 
 
-def lm(cfg: dict[str, Any], seed: int) -> nn.Module:
+def lm(cfg: Config, seed: int) -> nn.Module:
     """The tiny Qwen2 causal LM of (b), randomly initialised from `seed` (untied embeddings)."""
     return random_qwen2(
         vocab_size=cfg["lm_vocab"], hidden_size=cfg["lm_hidden"],
@@ -161,7 +203,7 @@ def lm(cfg: dict[str, Any], seed: int) -> nn.Module:
     )
 
 
-def transition_matrix(cfg: dict[str, Any], seed: int) -> Tensor:
+def transition_matrix(cfg: Config, seed: int) -> Tensor:
     """V×V next-token probabilities: every common token goes to `successors` random common
     tokens with probabilities ∝ 1/k (k = 1..successors); special tokens go anywhere common."""
     V, k = cfg["lm_vocab"], cfg["successors"]
@@ -184,7 +226,7 @@ def markov_batch(probs: Tensor, batch: int, length: int, g: torch.Generator) -> 
     return ids
 
 
-def lm_batch(cfg: dict[str, Any], probs: Tensor, target: int, g: torch.Generator) -> Tensor:
+def lm_batch(cfg: Config, probs: Tensor, target: int, g: torch.Generator) -> Tensor:
     """A training batch: chain walks where each sequence, with probability `rare_fraction`,
     holds "trigger → target" at a random position (the walk restarts after it)."""
     ids = markov_batch(probs, cfg["batch_size"], cfg["seq_len"], g)
@@ -196,7 +238,7 @@ def lm_batch(cfg: dict[str, Any], probs: Tensor, target: int, g: torch.Generator
     return ids
 
 
-def eval_contexts(cfg: dict[str, Any], probs: Tensor, seed: int) -> Tensor:
+def eval_contexts(cfg: Config, probs: Tensor, seed: int) -> Tensor:
     """`eval_contexts` chain walks of seq_len/2 tokens ending in the trigger."""
     g = torch.Generator().manual_seed(seed + 7919)
     walks = markov_batch(probs, cfg["eval_contexts"], cfg["seq_len"] // 2, g)
@@ -230,7 +272,7 @@ def rare_gradient_share(model: nn.Module, ids: Tensor) -> float:
             / sum(float(g.square().sum()) for g in total))
 
 
-def plant(cfg: dict[str, Any], seed: int) -> tuple[nn.Module, Tensor, Tensor]:
+def plant(cfg: Config, seed: int) -> tuple[nn.Module, Tensor, Tensor]:
     """The model after AdamW learned "trigger → +" (the planted error), the chain, the contexts."""
     probs = transition_matrix(cfg, seed)
     model = lm(cfg, seed)
@@ -244,7 +286,7 @@ def plant(cfg: dict[str, Any], seed: int) -> tuple[nn.Module, Tensor, Tensor]:
     return model, probs, eval_contexts(cfg, probs, seed)
 
 
-def fix_rows(cfg: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+def fix_rows(cfg: Config, seed: int) -> list[dict[str, Any]]:
     """Plant the error, then fix it with every rule from the same weights and batches."""
     planted, probs, contexts = plant(cfg, seed)
     state = {k: v.clone() for k, v in planted.state_dict().items()}
@@ -284,7 +326,7 @@ def fix_rows(cfg: dict[str, Any], seed: int) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- run, tables, verdict
 
 
-def run(cfg: dict[str, Any]) -> pd.DataFrame:
+def run(cfg: Config) -> pd.DataFrame:
     """(a) for every share and seed, (b) for every seed."""
     rows = []
     for seed in cfg["seeds"]:
@@ -306,7 +348,7 @@ def survival_table(frame: pd.DataFrame) -> pd.DataFrame:
                              if s.name == "rule" else s).reset_index(drop=True)
 
 
-def fix_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def fix_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Steps to fix per rule: per seed, median, and the median's ratio to AdamW's."""
     steps = frame[(frame.experiment == "fix") & (frame.metric == "steps_to_fix")]
     medians = _median_steps(frame, cfg)
@@ -321,11 +363,11 @@ def fix_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _steps_text(value: float, cfg: dict[str, Any]) -> str:
+def _steps_text(value: float, cfg: Config) -> str:
     return f"> {cfg['max_fix_steps']}" if math.isinf(value) or math.isnan(value) else f"{value:g}"
 
 
-def _median_steps(frame: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, float]:
+def _median_steps(frame: pd.DataFrame, cfg: Config) -> dict[str, float]:
     """Median steps to fix per rule over seeds; a run that never fixed it counts as ∞."""
     steps = frame[(frame.experiment == "fix") & (frame.metric == "steps_to_fix")]
     return {rule: float(np.median(steps[steps.method == rule].value.fillna(math.inf)))
@@ -339,7 +381,7 @@ def _survival_at(frame: pd.DataFrame, rank: int) -> pd.DataFrame:
     return sel.pivot_table(index="method", columns="share", values="value", aggfunc="mean")
 
 
-def c10_claim(frame: pd.DataFrame, cfg: dict[str, Any]) -> ClaimRow:
+def c10_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
     """Claim C10, judged by a fixed rule from both measurements at the reported rank.
 
     With r = `fix_rank` (16, the reported rank), s_min the smallest share tested, and for each
@@ -428,7 +470,7 @@ def _band(ax: plt.Axes, sel: pd.DataFrame, x: str, rule: str, marker: bool = Tru
     line_with_band(ax, sel, x, "value", band=sel.seed.nunique() > 1, label=LABELS[rule], **style)
 
 
-def plot_survival(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_survival(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """(a) Survival against rank at `rank_plot_share`, and survival and alignment against the
     rare part's share of gradient mass at the reported rank; bands: min–max over seeds."""
     sel = frame[frame.experiment == "survival"]
@@ -474,7 +516,7 @@ def plot_survival(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return fig
 
 
-def plot_fix(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_fix(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """(b) p(correct rare token | trigger) and greedy accuracy against fix step, per rule;
     bands: min–max over seeds."""
     sel = frame[frame.experiment == "fix"]

@@ -76,7 +76,7 @@ def show_figure(fig: plt.Figure, name: str, out_dir: str | Path = FIGURES_DIR) -
 
 
 def show_plot(
-    plots: Mapping[str, Plot], name: str, frame: pd.DataFrame, cfg: dict[str, Any],
+    plots: Mapping[str, Plot], name: str, frame: pd.DataFrame, cfg: Mapping[str, Any],
     out_dir: str | Path = FIGURES_DIR,
 ) -> None:
     """In a notebook: draw `plots[name](frame, cfg)` (an experiment's FIGURES) inline and write

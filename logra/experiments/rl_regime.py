@@ -20,16 +20,27 @@ training reward against the kit's over the first `trl_steps` steps of `trl_seeds
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from pydantic import Field
 
 from logra import io
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments import grpo_runs, trl_check
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import line_with_band
+from logra.experiments.typed import (
+    Count,
+    GRPOCount,
+    Level,
+    Method,
+    Positive,
+    Seeds,
+    Task,
+    Workers,
+)
 from logra.rl import config as grpo
 from logra.rl import runner
 from logra.rl.probe import COLUMNS as PROBE_COLUMNS
@@ -40,23 +51,54 @@ EXPERIMENT = "rl_regime"
 NOTEBOOK = "11_rl_regime"
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/rl_regime.yaml at `scale`, with the overrides that are not None on top."""
-    cfg = load_config(EXPERIMENT, scale, **{k: v for k, v in overrides.items() if v is not None})
-    if not cfg["seeds"] or not cfg["tasks"]:
-        raise ValueError("seeds and tasks must be non-empty")
-    if not 0 < cfg["alpha"] < 1:
-        raise ValueError(f"alpha must lie in (0, 1), got {cfg['alpha']}")
-    return grpo_runs.check_runs({**cfg, "methods": [cfg["method"]]})
+@typed
+class Config(TypedConfig):
+    """experiments/rl_regime.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "rl_regime"
+    scale: str
+    grpo_scale: str
+    method: Method
+    tasks: Annotated[list[Task], Field(min_length=1)]
+    seeds: Seeds
+    steps: Count
+    workers: Workers
+    predicted_kl_threshold: Positive | None
+    model: str
+    lr: Positive
+    rank: GRPOCount
+    prompts_per_step: GRPOCount
+    group_size: GRPOCount
+    max_new_tokens: GRPOCount
+    eval_prompts: GRPOCount
+    eval_samples: GRPOCount
+    eval_sampled_prompts: GRPOCount
+    eval_batch_size: GRPOCount
+    results_dir: str
+    min_sampled_gain: float
+    min_greedy_gain: float
+    alpha: Level
+    smooth_steps: Count
+    probe_prompts: Count
+    probe_fresh: Count
+    probe_norms: Annotated[list[float], Field(min_length=1)]
+    trl_seeds: list[int]
+    trl_steps: Count
 
 
-def grpo_config(cfg: dict[str, Any], task: str, seed: int) -> grpo.GRPOConfig:
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/rl_regime.yaml at `scale`, with the overrides that are not None on top,
+    checked."""
+    return Config.load(scale, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def grpo_config(cfg: Config, task: str, seed: int) -> grpo.GRPOConfig:
     """The resolved GRPO config of the run on `task` at `seed`: evaluated before and after."""
     return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=cfg["method"], seed=seed, task=task,
                                                     eval_every=cfg["steps"]))
 
 
-def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
     """Every (task, seed) run (cached runs are read back): their step records, tidy, with
     `task` and `seed` columns."""
     configs = [(task, seed, grpo_config(cfg, task, seed))
@@ -69,7 +111,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
                      ignore_index=True)
 
 
-def problems(cfg: dict[str, Any]) -> pd.DataFrame:
+def problems(cfg: Config) -> pd.DataFrame:
     """Every run's per-problem evaluations (`runner.PROBLEMS_FILE`) with task and seed."""
     frames = []
     for task in cfg["tasks"]:
@@ -80,7 +122,7 @@ def problems(cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def learning_table(evaluated: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def learning_table(evaluated: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Per task and seed: greedy and sampled pass@1 before and after RL (%), their paired
     differences with Holm-adjusted p-values over the whole table, and whether the run passes."""
     rows = []
@@ -107,7 +149,7 @@ def learning_table(evaluated: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame
     return table
 
 
-def verdict(table: pd.DataFrame, cfg: dict[str, Any]) -> str:
+def verdict(table: pd.DataFrame, cfg: Config) -> str:
     """One sentence per task: whether every seed passes, with the range of the gains."""
     parts = []
     for task, rows in table.groupby("task", sort=False):
@@ -124,7 +166,7 @@ def verdict(table: pd.DataFrame, cfg: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def probe(cfg: dict[str, Any]) -> pd.DataFrame:
+def probe(cfg: Config) -> pd.DataFrame:
     """The policy-improvement probe of the policy before RL on the first task's training
     prompts (`logra.rl.probe.improvement_probe`), cached in the results directory; no rows
     when the batch has no reward spread (nothing to step along)."""
@@ -146,7 +188,7 @@ def probe(cfg: dict[str, Any]) -> pd.DataFrame:
     return table
 
 
-def trl_runs(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def trl_runs(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The kit's and TRL's training reward per step and seed on the first task, over the first
     `trl_steps` steps of the seeds `trl_seeds` (the kit's from its runs' records, TRL's from
     `trl_check.trl_run`, cached as CSV in the results directory)."""
@@ -166,7 +208,7 @@ def trl_runs(cfg: dict[str, Any], progress: bool = True) -> tuple[pd.DataFrame, 
     return ours[ours["step"] <= cfg["trl_steps"]], theirs
 
 
-def plot_trl(ours: pd.DataFrame, theirs: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_trl(ours: pd.DataFrame, theirs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Training reward per step, the kit's GRPO and TRL's, rolling means over `smooth_steps`
     (lines: mean over seeds; bands: lowest to highest seed)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
@@ -181,7 +223,7 @@ def plot_trl(ours: pd.DataFrame, theirs: pd.DataFrame, cfg: dict[str, Any]) -> p
     return fig
 
 
-def plot_training(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_training(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Per task (rows): training reward (rolling mean over `smooth_steps`), the share of groups
     with no reward spread and with a correct completion, completion length, and KL(π_θ ‖ π_ref);
     lines are means over seeds, bands the lowest to the highest seed."""

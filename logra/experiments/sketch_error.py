@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import pandas as pd
+from pydantic import Field
 from torch import Tensor
 
-from logra.config import load_config
+from logra.config import TypedConfig, typed
 from logra.experiments.report import ClaimRow
 from logra.experiments.sketch_error_inputs import (
     embedding_gradient,
@@ -68,6 +69,7 @@ from logra.experiments.sketch_error_measures import (
     reconstruction_rows,
 )
 from logra.experiments.sketch_error_training import training_rows
+from logra.experiments.typed import Betas, Count, Counts, NonNegative, Positive, Seeds, Shape
 
 COLUMNS = ("experiment", "input", "matrix", "m", "n", "rank", "method", "seed", "step", "metric",
            "value")
@@ -78,9 +80,56 @@ C9_REPORTED = ("embedding matrices with extreme aspect ratio (e.g. 151,936×4,09
                "to avoid rank starvation")
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/sketch_error.yaml at `scale`, with `overrides` on top."""
-    return load_config("sketch_error", scale, **overrides)
+@typed
+class Config(TypedConfig):
+    """experiments/sketch_error.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "sketch_error"
+    scale: str
+    seed: int
+    sketch_seeds: Seeds
+    ranks: Counts
+    table_ranks: Counts
+    oversample_ratio: NonNegative
+    synthetic_shape: Shape
+    low_ranks: Counts
+    power_law_alphas: Annotated[list[Positive], Field(min_length=1)]
+    qwen_vocab: Count
+    qwen_hidden: Count
+    qwen_intermediate: Count
+    qwen_layers: Count
+    qwen_heads: Count
+    qwen_kv_heads: Count
+    qwen_batch: Count
+    qwen_seq: Count
+    stream_steps: Count
+    stream_noise: NonNegative
+    direction_lr: Positive
+    betas: Betas
+    aspect_numel: Count
+    aspect_ratios: Counts
+    aspect_ranks: Counts
+    aspect_tokens: Count
+    aspect_zipf: Positive
+    aspect_alpha: Positive
+    c9_threshold: Positive
+    train_rank: Count
+    train_steps: Count
+    lstsq_shape: Shape
+    lstsq_samples: Count
+    lstsq_lr: Positive
+    mlp_classes: Count
+    mlp_dim: Count
+    mlp_hidden: Count
+    mlp_noise: NonNegative
+    mlp_samples: Count
+    mlp_batch: Count
+    mlp_lr: Positive
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/sketch_error.yaml at `scale`, with `overrides` on top, checked."""
+    return Config.load(scale, **overrides)
 
 
 # ---------------------------------------------------------------- the experiment
@@ -94,7 +143,7 @@ def aspect_shape(numel: int, aspect: int) -> tuple[int, int]:
     return aspect * n, n
 
 
-def aspect_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+def aspect_rows(cfg: Config) -> list[dict[str, Any]]:
     """Every method on the embedding gradient and the power-law control, at every aspect ratio."""
     rows = []
     for aspect in cfg["aspect_ratios"]:
@@ -112,7 +161,7 @@ def aspect_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def run(cfg: dict[str, Any]) -> pd.DataFrame:
+def run(cfg: Config) -> pd.DataFrame:
     """All four experiments (module docstring) as one tidy DataFrame with COLUMNS."""
     ranks, seeds, ratio = cfg["ranks"], cfg["sketch_seeds"], cfg["oversample_ratio"]
     betas, lr = tuple(cfg["betas"]), cfg["direction_lr"]
@@ -236,7 +285,7 @@ def _sorted(table: pd.DataFrame, frame: pd.DataFrame, by: tuple[str, ...] = ("in
 # ---------------------------------------------------------------- claim C9
 
 
-def c9_claim(frame: pd.DataFrame, cfg: dict[str, Any], threshold: float | None = None
+def c9_claim(frame: pd.DataFrame, cfg: Config, threshold: float | None = None
              ) -> ClaimRow:
     """Claim C9, judged from the aspect sweep by a fixed rule.
 

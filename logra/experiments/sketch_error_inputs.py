@@ -8,12 +8,15 @@ around a matrix, and the gradients of a tiny randomly initialised Qwen2 causal L
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from logra.models.random import random_qwen2
+
+if TYPE_CHECKING:  # the experiment's config; sketch_error imports this module
+    from logra.experiments.sketch_error import Config
 
 
 def rng(seed: int) -> torch.Generator:
@@ -59,7 +62,7 @@ def embedding_gradient(m: int, n: int, tokens: int, zipf: float, seed: int) -> T
     return torch.zeros(m, n).index_add_(0, ids, hidden)
 
 
-def synthetic_inputs(cfg: dict[str, Any]) -> dict[str, Tensor]:
+def synthetic_inputs(cfg: Config) -> dict[str, Tensor]:
     """The synthetic matrices of the reconstruction experiment, by input name."""
     m, n = cfg["synthetic_shape"]
     inputs = {f"rank {k}": low_rank_matrix(m, n, k, cfg["seed"] + k) for k in cfg["low_ranks"]}
@@ -68,7 +71,7 @@ def synthetic_inputs(cfg: dict[str, Any]) -> dict[str, Tensor]:
     return inputs
 
 
-def qwen2_model(cfg: dict[str, Any]) -> nn.Module:
+def qwen2_model(cfg: Config) -> nn.Module:
     """A randomly initialised Qwen2 causal LM built from a local config (nothing downloaded)."""
     return random_qwen2(
         vocab_size=cfg["qwen_vocab"], hidden_size=cfg["qwen_hidden"],
@@ -78,7 +81,7 @@ def qwen2_model(cfg: dict[str, Any]) -> nn.Module:
     )
 
 
-def qwen2_gradient_stream(cfg: dict[str, Any]) -> dict[str, list[Tensor]]:
+def qwen2_gradient_stream(cfg: Config) -> dict[str, list[Tensor]]:
     """Gradients of every 2-D weight of `qwen2_model` on `stream_steps` random token batches.
 
     The weights stay at their initialisation (the stream is minibatch noise around one point);

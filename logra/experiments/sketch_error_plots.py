@@ -18,7 +18,7 @@ import pandas as pd
 import seaborn as sns
 
 from logra.experiments.plots import rank_axis
-from logra.experiments.sketch_error import QWEN_LAYERS, summarize
+from logra.experiments.sketch_error import QWEN_LAYERS, Config, summarize
 from logra.experiments.sketch_error_measures import METHODS, RULES, default_rtol
 
 FLOOR = 1e-7  # plotted in place of an error of exactly 0 on log axes
@@ -113,7 +113,7 @@ def plot_vs_rank(frame: pd.DataFrame, experiment: str, metric: str, methods: Ite
     return fig
 
 
-def plot_error_vs_rank(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_error_vs_rank(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """The main figure: ‖M − M̂‖_F/‖M‖_F against r for every input and method."""
     return plot_vs_rank(frame, "reconstruction", "rel_error", METHODS,
                         "relative error ‖M−M̂‖_F / ‖M‖_F", True,
@@ -122,21 +122,21 @@ def plot_error_vs_rank(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
                         method_labels(cfg["oversample_ratio"]), reference=(1.0, "M̂ = 0"))
 
 
-def plot_cosine_vs_rank(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_cosine_vs_rank(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Cosine ⟨M, M̂⟩/(‖M‖‖M̂‖) against r for every input and method."""
     return plot_vs_rank(frame, "reconstruction", "cosine", METHODS, "cosine(M̂, M)", False,
                         "Cosine of the reconstruction with the true matrix",
                         method_labels(cfg["oversample_ratio"]))
 
 
-def plot_direction_vs_rank(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_direction_vs_rank(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Cosine between each sketched rule's update and AdamW's, mean over the stream."""
     return plot_vs_rank(frame, "direction", "cosine", RULES[1:], "cosine(update, AdamW update)",
                         False, f"Update direction against dense AdamW on the same gradients "
                         f"(mean over {cfg['stream_steps']} steps)", method_labels())
 
 
-def plot_aspect(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_aspect(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Relative error against aspect ratio m/n at fixed numel, one line per rank.
 
     Rows: the embedding gradient and the power-law control; columns: the SVD optimum, the
@@ -171,7 +171,7 @@ def plot_aspect(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return grid.figure
 
 
-def plot_training(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_training(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Training loss against step for each problem and rule (log loss axis)."""
     sel = frame[(frame.experiment == "training") & (frame.metric == "loss")]
     problems = list(sel.input.drop_duplicates())

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from logra.experiments.sketch_error_inputs import rng
 from logra.experiments.sketch_error_measures import RULES, make_optimizer
+
+if TYPE_CHECKING:  # the experiment's config; sketch_error imports this module
+    from logra.experiments.sketch_error import Config
 
 
 def train(model: nn.Module, rule: str, rank: int, lr: float, betas: tuple[float, float],
@@ -34,7 +37,7 @@ def train(model: nn.Module, rule: str, rank: int, lr: float, betas: tuple[float,
     return losses
 
 
-def least_squares_data(cfg: dict[str, Any]) -> tuple[Tensor, Tensor]:
+def least_squares_data(cfg: Config) -> tuple[Tensor, Tensor]:
     """X (N×d_in) ~ N(0, I), Y = X W*ᵀ + 0.01·noise with a dense W* (d_out×d_in) of norm ~1/row."""
     d_out, d_in = cfg["lstsq_shape"]
     g = rng(cfg["seed"] + 2)
@@ -43,7 +46,7 @@ def least_squares_data(cfg: dict[str, Any]) -> tuple[Tensor, Tensor]:
     return x, x @ w_star.T + 0.01 * torch.randn(cfg["lstsq_samples"], d_out, generator=g)
 
 
-def train_least_squares(cfg: dict[str, Any], rule: str) -> list[float]:
+def train_least_squares(cfg: Config, rule: str) -> list[float]:
     """Full-batch MSE of a bias-free Linear(d_in, d_out) from W = 0, per step."""
     d_out, d_in = cfg["lstsq_shape"]
     x, y = least_squares_data(cfg)
@@ -60,7 +63,7 @@ def train_least_squares(cfg: dict[str, Any], rule: str) -> list[float]:
                  loss_fn, evaluate)
 
 
-def cluster_data(cfg: dict[str, Any], samples: int, seed: int) -> tuple[Tensor, Tensor]:
+def cluster_data(cfg: Config, samples: int, seed: int) -> tuple[Tensor, Tensor]:
     """Gaussian clusters: centres c_k ~ N(0, I_d) (cfg seed), x = c_y + mlp_noise·N(0, I_d)."""
     centres = torch.randn(cfg["mlp_classes"], cfg["mlp_dim"], generator=rng(cfg["seed"]))
     g = rng(seed)
@@ -68,7 +71,7 @@ def cluster_data(cfg: dict[str, Any], samples: int, seed: int) -> tuple[Tensor, 
     return centres[y] + cfg["mlp_noise"] * torch.randn(samples, cfg["mlp_dim"], generator=g), y
 
 
-def mlp(cfg: dict[str, Any]) -> nn.Module:
+def mlp(cfg: Config) -> nn.Module:
     """d → hidden → hidden → classes, ReLU, PyTorch's default init under the config seed."""
     d, h, c = cfg["mlp_dim"], cfg["mlp_hidden"], cfg["mlp_classes"]
     with torch.random.fork_rng():
@@ -77,7 +80,7 @@ def mlp(cfg: dict[str, Any]) -> nn.Module:
                              nn.Linear(h, c))
 
 
-def train_classifier(cfg: dict[str, Any], rule: str) -> tuple[list[float], float]:
+def train_classifier(cfg: Config, rule: str) -> tuple[list[float], float]:
     """Minibatch cross-entropy training; full training-set loss per step and test accuracy."""
     x, y = cluster_data(cfg, cfg["mlp_samples"], cfg["seed"] + 3)
     x_test, y_test = cluster_data(cfg, cfg["mlp_samples"], cfg["seed"] + 4)
@@ -100,7 +103,7 @@ def train_classifier(cfg: dict[str, Any], rule: str) -> tuple[list[float], float
     return losses, accuracy
 
 
-def training_rows(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+def training_rows(cfg: Config) -> list[dict[str, Any]]:
     """Loss curves (step 0 = before training) and final test accuracy of every rule."""
     rows = []
     d_out, d_in = cfg["lstsq_shape"]

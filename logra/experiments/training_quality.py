@@ -41,20 +41,32 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import pandas as pd
 import torch
+from pydantic import Field
 
 from logra import io, paths
-from logra.config import ConfigError, load_config
+from logra.config import ConfigError, TypedConfig, load_config, typed
+from logra.data import TASKS as DATA_TASKS
 from logra.experiments.jobs import run_jobs, worker_count
 from logra.experiments.quality_data import SFT_KEYS, TASKS, TEXT_KEYS, benchmark
+from logra.experiments.typed import (
+    Count,
+    Counts,
+    ModelScale,
+    NonNegative,
+    NonNegativeInt,
+    PathText,
+    Positive,
+    Seeds,
+    Workers,
+)
 from logra.models.warmup import warmup_cosine
 from logra.optimizers import REGISTRY, build_optimizer, measured_state_bytes, spec, wrap_model
 from logra.provenance import fingerprint
@@ -62,6 +74,7 @@ from logra.provenance import fingerprint
 EXPERIMENT = "training_quality"
 NOTEBOOK = "10_training_quality"
 REFERENCE = "adamw"
+DataTask = Literal[tuple(DATA_TASKS)]  # a task of `logra.data`
 
 
 @dataclass(frozen=True)
@@ -75,19 +88,72 @@ class Run:
     study: str  # "sweep", "seeds" or "ranks"
 
 
-def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
-    """experiments/training_quality.yaml at `scale`, checked before any compute."""
+@typed
+class Config(TypedConfig):
+    """experiments/training_quality.yaml's keys (its comments say what each holds)."""
+
+    EXPERIMENT: ClassVar[str] = "training_quality"
+    scale: str
+    task: Literal[tuple(TASKS)]
+    corpus: str
+    heldout: dict[Literal["validation", "test"], Annotated[list[str], Field(min_length=1)]]
+    hidden_size: Count
+    intermediate_size: Count
+    layers: Count
+    heads: Count
+    context: Count
+    batch_size: Count
+    steps: Count
+    warmup_steps: NonNegativeInt
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)]
+    clip: Positive
+    weight_decay: NonNegative
+    eval_every: Count
+    validation_windows: Count
+    test_windows: Count
+    sft_model: ModelScale
+    sft_base_task: DataTask
+    sft_base_steps: Count
+    sft_base_lr: Positive
+    sft_base_per_seed: bool
+    sft_validation_rows: Count
+    sft_test_rows: Count
+    data_dir: str | None
+    sft_overrides: dict[str, Any]  # keys of this config, for the sft task (checked in `config`)
+    projection_refreshes: Count
+    rank: Count
+    # name -> {optimizer, lrs, label?, color?, and OptimizerSettings keys}: checked in `config`
+    # and, when a run builds it, by OptimizerSettings
+    methods: dict[str, dict[str, Any]]
+    lr_step: Annotated[float, Field(gt=1)]
+    max_extensions: NonNegativeInt
+    sweep_seed: int
+    seeds: Seeds
+    chosen_lrs: PathText | None  # a directory of a sweep's tables to read the rates from
+    headline: str
+    recipe_reference: str
+    recipe_ladder: list[str]
+    rank_methods: Annotated[list[str], Field(min_length=1)]
+    ranks: Counts
+    goal_ratio: Positive
+    goal_state: Positive
+    results_dir: str
+    workers: Workers
+    threads: Count
+
+
+def config(scale: str = "default", **overrides: Any) -> Config:
+    """experiments/training_quality.yaml at `scale` (for the sft task, its `sft_overrides` on
+    top, then the caller's), checked before any compute: the types, then the rules between
+    keys, then the chosen-rate tables if a directory of them is named."""
     given = {k: v for k, v in overrides.items() if v is not None}
-    cfg = load_config(EXPERIMENT, scale, **given)
-    if cfg["task"] not in TASKS:
-        raise ConfigError(f"task must be one of {list(TASKS)}, got {cfg['task']!r}")
-    if cfg["task"] == "sft":  # the SFT benchmark's own schedule, then the caller's overrides
-        unknown = sorted(set(cfg["sft_overrides"]) - set(cfg))
+    values = load_config(EXPERIMENT, scale, **given)
+    if values["task"] == "sft":  # the SFT benchmark's own schedule, then the caller's overrides
+        unknown = sorted(set(values["sft_overrides"]) - set(values))
         if unknown:
             raise ConfigError(f"sft_overrides: unknown keys {unknown}")
-        checked = {k: cfg[k] for k in given}  # as load_config coerced them
-        cfg.update(cfg["sft_overrides"])
-        cfg.update(checked)
+        values = {**values, **values["sft_overrides"], **{k: values[k] for k in given}}
+    cfg = Config.from_mapping(values)
     methods = cfg["methods"]
     if REFERENCE not in methods:
         raise ConfigError(f"methods must include {REFERENCE!r}, the reference")
@@ -108,43 +174,35 @@ def config(scale: str = "default", **overrides: Any) -> dict[str, Any]:
     if cfg["headline"] not in cfg["rank_methods"]:
         raise ConfigError(f"headline {cfg['headline']!r} must be one of rank_methods "
                           f"{cfg['rank_methods']} (the loss at equal bytes is read there)")
-    if cfg["task"] == "sft":
-        from logra.data import TASKS as DATA_TASKS
-
-        if cfg["sft_base_task"] not in DATA_TASKS or cfg["sft_base_task"] == "gsm-synth":
-            raise ConfigError(f"sft_base_task must be a task other than gsm-synth (the one "
-                              f"fine-tuned on), one of {sorted(set(DATA_TASKS) - {'gsm-synth'})}"
-                              f"; got {cfg['sft_base_task']!r}")
-    if cfg["sweep_seed"] not in cfg["seeds"]:
-        raise ConfigError(f"sweep_seed {cfg['sweep_seed']} must be one of seeds {cfg['seeds']}")
-    if cfg["chosen_lrs"] is not None:
-        if not isinstance(cfg["chosen_lrs"], str | os.PathLike):
-            raise ConfigError(f"chosen_lrs must be a directory or null, got "
-                              f"{cfg['chosen_lrs']!r}")
-        cfg["chosen_lrs"] = str(cfg["chosen_lrs"])
+    if cfg.task == "sft" and cfg.sft_base_task == "gsm-synth":
+        raise ConfigError("sft_base_task must be a task other than gsm-synth (the one "
+                          "fine-tuned on)")
+    if cfg.sweep_seed not in cfg.seeds:
+        raise ConfigError(f"sweep_seed {cfg.sweep_seed} must be one of seeds {cfg.seeds}")
+    if cfg.chosen_lrs is not None:
         absent = [str(path) for path in chosen_tables(cfg).values() if not path.is_file()]
         if absent:
             print(f"chosen_lrs: {', '.join(absent)} not found; sweeping the learning rates")
-            cfg["chosen_lrs"] = None
+            cfg = cfg.replace(chosen_lrs=None)
         else:
             read_chosen(cfg)  # a table without a method or a rank fails here, before any run
     return cfg
 
 
-def reads_chosen(cfg: dict[str, Any]) -> bool:
+def reads_chosen(cfg: Config) -> bool:
     """Whether the rates come from a sweep's tables instead of a sweep (`config` sets
     `chosen_lrs` to None where its tables do not exist)."""
     return cfg["chosen_lrs"] is not None
 
 
-def chosen_tables(cfg: dict[str, Any]) -> dict[str, Path]:
+def chosen_tables(cfg: Config) -> dict[str, Path]:
     """The sweep table and the rank table (`training_quality_report.sweep_table`, `rank_table`)
     of `cfg`'s task in the directory `chosen_lrs` (relative paths under the project root)."""
     directory = paths.project_path(cfg["chosen_lrs"])
     return {name: directory / f"{output_name(cfg, name)}.csv" for name in ("sweep", "ranks")}
 
 
-def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
+def read_chosen(cfg: Config) -> pd.DataFrame:
     """Each method's chosen rate at the base rank, and each rank-study method's at its other
     ranks, read from `chosen_tables`: one row per (method, rank) with `lr` and `at_edge` (the
     rate is the smallest or largest its sweep tried). The tables print rates to four decimals;
@@ -191,7 +249,7 @@ def read_chosen(cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["method", "rank"])
 
 
-def _ladder(lrs: list[float], cfg: dict[str, Any]) -> list[float]:
+def _ladder(lrs: list[float], cfg: Config) -> list[float]:
     """The rates a sweep can try from `lrs`: them, and up to `max_extensions` rates beyond
     either end, each float computed as `sweep` and `_bracket_ranks` compute it (`_below`,
     `_above`), so that a read rate names the very run the sweep trained."""
@@ -202,17 +260,17 @@ def _ladder(lrs: list[float], cfg: dict[str, Any]) -> list[float]:
     return below[:0:-1] + sorted(map(float, lrs)) + above[1:]
 
 
-def _below(lr: float, cfg: dict[str, Any]) -> float:
+def _below(lr: float, cfg: Config) -> float:
     """The rate a sweep adds below its smallest, `lr`."""
     return lr / cfg["lr_step"]
 
 
-def _above(lr: float, cfg: dict[str, Any]) -> float:
+def _above(lr: float, cfg: Config) -> float:
     """The rate a sweep adds above its largest, `lr`."""
     return lr * cfg["lr_step"]
 
 
-def _around(lr: float, cfg: dict[str, Any]) -> list[float]:
+def _around(lr: float, cfg: Config) -> list[float]:
     """The rates a rank of the rank study starts from: the base rank's choice `lr` and one
     `lr_step` either side."""
     return [lr * f for f in (1 / cfg["lr_step"], 1.0, cfg["lr_step"])]
@@ -229,13 +287,13 @@ def _snap(printed: float, ladder: list[float], path: Path, method: str) -> float
                       f"of its grid tries")
 
 
-def output_name(cfg: dict[str, Any], suffix: str = "") -> str:
+def output_name(cfg: Config, suffix: str = "") -> str:
     """figures/ name of a table or figure: training_quality[_sft][_suffix]."""
     task = "" if cfg["task"] == "text" else f"_{cfg['task']}"
     return f"{EXPERIMENT}{task}{'_' + suffix if suffix else ''}"
 
 
-def describe(cfg: dict[str, Any]) -> str:
+def describe(cfg: Config) -> str:
     """One line: the benchmark, the model, the token budget and the seeds."""
     if cfg["task"] == "text":
         what = (f"text: Llama {cfg['layers']}×{cfg['hidden_size']} on bytes, "
@@ -249,7 +307,7 @@ def describe(cfg: dict[str, Any]) -> str:
             f"{worker_count(cfg['workers'])} worker(s)")
 
 
-def label(cfg: dict[str, Any], method: str) -> str:
+def label(cfg: Config, method: str) -> str:
     """The method's name in figures: its `label`, else the registry's label with its LoGRA rule
     if any."""
     entry = cfg["methods"][method]
@@ -270,7 +328,7 @@ PRESENTATION = ("label", "color")  # method keys that name and colour it, outsid
 CODE = ("experiments/training_quality.py", "experiments/quality_data.py")
 
 
-def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+def settings(cfg: Config, run: Run) -> dict[str, Any]:
     """What determines a run's result (its cache key)."""
     schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
                 "eval_every")
@@ -283,7 +341,7 @@ def settings(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
     return key
 
 
-def projection_gap(cfg: dict[str, Any]) -> int:
+def projection_gap(cfg: Config) -> int:
     """Steps between GaLore's, APOLLO's and Fira's projection refreshes (and LoGRA's, with
     `refresh_projections`): their recipes refresh
     50 times a run (every 200 of 10,000 steps), so this run refreshes `projection_refreshes`
@@ -291,13 +349,13 @@ def projection_gap(cfg: dict[str, Any]) -> int:
     return max(1, cfg["steps"] // cfg["projection_refreshes"])
 
 
-def run_path(cfg: dict[str, Any], run: Run) -> Path:
+def run_path(cfg: Config, run: Run) -> Path:
     digest = hashlib.sha256(json.dumps(settings(cfg, run), sort_keys=True).encode()).hexdigest()
     prefix = "" if cfg["task"] == "text" else f"{cfg['task']}-"
     return Path(cfg["results_dir"]) / EXPERIMENT / f"{prefix}{run.method}-{digest[:16]}.json"
 
 
-def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
+def train(cfg: Config, run: Run) -> dict[str, Any]:
     """Train one run (or read its cached result): its curves, test loss, bytes and step time."""
     path = run_path(cfg, run)
     if path.exists():  # the run as asked now (the study and label are not in the cache key)
@@ -356,7 +414,7 @@ def train(cfg: dict[str, Any], run: Run) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ the plan
 
-def _jobs(cfg: dict[str, Any], runs: list[Run], progress: bool, desc: str) -> list[dict]:
+def _jobs(cfg: Config, runs: list[Run], progress: bool, desc: str) -> list[dict]:
     return run_jobs([(train, (cfg, r)) for r in runs], cfg["workers"], desc, progress=progress)
 
 
@@ -373,7 +431,7 @@ def _finite_or_inf(x: float) -> float:
     return x if math.isfinite(x) else math.inf
 
 
-def sweep(cfg: dict[str, Any], progress: bool = True) -> list[dict]:
+def sweep(cfg: Config, progress: bool = True) -> list[dict]:
     """Every method's learning-rate sweep at `sweep_seed`, extended past any edge optimum."""
     seed, rank = cfg["sweep_seed"], cfg["rank"]
     benchmark(cfg)  # data generated and cached here, before workers start (none writes it twice)
@@ -395,7 +453,7 @@ def sweep(cfg: dict[str, Any], progress: bool = True) -> list[dict]:
     return results
 
 
-def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
+def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
     """Sweep, then seeds and ranks at each method's chosen rate: one row per run. With
     `reads_chosen`, only the seeds and ranks, at the rates of `read_chosen`."""
     if reads_chosen(cfg):
@@ -416,7 +474,7 @@ def run(cfg: dict[str, Any], progress: bool = True) -> pd.DataFrame:
     return frame
 
 
-def _run_chosen(cfg: dict[str, Any], progress: bool) -> pd.DataFrame:
+def _run_chosen(cfg: Config, progress: bool) -> pd.DataFrame:
     benchmark(cfg)  # data generated and cached here, before workers start
     chosen = read_chosen(cfg)["lr"]
     runs = [Run(m, chosen[m, cfg["rank"]], s, cfg["rank"], "seeds") for m in cfg["methods"]
@@ -428,7 +486,7 @@ def _run_chosen(cfg: dict[str, Any], progress: bool) -> pd.DataFrame:
     return frame
 
 
-def lr_choices(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def lr_choices(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Per (method, rank) its chosen rate `lr` and `at_edge`: whether that is the smallest or
     largest rate tried; from the runs, or with `reads_chosen` from the tables they were read
     from."""
@@ -442,7 +500,7 @@ def lr_choices(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["method", "rank"])
 
 
-def _bracket_ranks(cfg: dict[str, Any], results: list[dict], progress: bool) -> list[dict]:
+def _bracket_ranks(cfg: Config, results: list[dict], progress: bool) -> list[dict]:
     """Extra rank-study runs until no rank's best rate is at the edge of its rates (at most
     `max_extensions` rounds), as the sweep does for the base rank."""
     added: list[dict] = []

@@ -12,7 +12,6 @@ adjusted p < 0.05, else "no difference".
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -20,6 +19,7 @@ import pandas as pd
 
 from logra.experiments.training_quality import (
     REFERENCE,
+    Config,
     chosen_tables,
     final_runs,
     label,
@@ -38,7 +38,7 @@ RULE_COLORS = {"gain": "tab:red", "nystrom": "lightcoral", "blend": "darkred",
                "subspace": "tab:pink", "channel": "teal"}
 
 
-def color(cfg: dict[str, Any], method: str) -> str:
+def color(cfg: Config, method: str) -> str:
     """The method's `color`, else the registry's colour: a shade of LoGRA's red per rule, gold
     with dense embeddings."""
     entry = cfg["methods"][method]
@@ -99,14 +99,14 @@ def _holm_column(pvalues: list[float]) -> list[float]:
     return out
 
 
-def rules_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def rules_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Every LoGRA method paired by seed against `headline` (LoGRA's default rule)."""
     methods = [m for m, e in cfg["methods"].items()
                if e["optimizer"] == "logra" and m != cfg["headline"]]
     return paired_table(frame, cfg, methods, cfg["headline"], "rule")
 
 
-def recipe_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def recipe_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The `recipe_ladder` methods present (LoGRA with APOLLO's recipe added a piece at a
     time) paired by seed against `recipe_reference`: which piece closes the gap (empty when
     the reference is not among the methods)."""
@@ -116,7 +116,7 @@ def recipe_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return paired_table(frame, cfg, methods, cfg["recipe_reference"], "optimizer")
 
 
-def paired_table(frame: pd.DataFrame, cfg: dict[str, Any], methods: list[str],
+def paired_table(frame: pd.DataFrame, cfg: Config, methods: list[str],
                  reference: str, name: str) -> pd.DataFrame:
     """Each of `methods` at its chosen rate against `reference`, paired by seed: the mean loss
     ratio, the mean difference with its 95 % t interval, the paired-t p-value adjusted by Holm
@@ -133,7 +133,7 @@ def paired_table(frame: pd.DataFrame, cfg: dict[str, Any], methods: list[str],
     return pd.DataFrame(rows)
 
 
-def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def summary(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """One row per method at its chosen rate: test loss over seeds, paired against AdamW's
     (Holm's correction over the table's tests)."""
     final = final_runs(frame)
@@ -164,7 +164,7 @@ def summary(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def sweep_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def sweep_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Every learning rate tried, at the sweep seed; with `reads_chosen`, the rows of the sweep
     table the rates were read from for `cfg`'s methods, as they are."""
     if reads_chosen(cfg):
@@ -179,7 +179,7 @@ def sweep_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
         "label": "optimizer", "validation_loss": "validation loss", "test_loss": "test loss"})
 
 
-def rank_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def rank_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The rank-sized optimizers at every rank (chosen rate, sweep seed)."""
     rows = frame[frame["method"].isin(cfg["rank_methods"]) & frame["chosen"]
                  & (frame["seed"] == cfg["sweep_seed"])].drop_duplicates(["method", "rank"])
@@ -196,7 +196,7 @@ def rank_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     })
 
 
-def equal_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def equal_bytes(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Each rank-sized optimizer's test loss at the state bytes of `headline` at the base rank,
     interpolated in log bytes between its ranks (nan outside the ranks it ran)."""
     ranks = rank_table(frame, cfg)
@@ -213,7 +213,7 @@ def equal_bytes(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ranking_table(frame: pd.DataFrame, cfg: dict[str, Any]) -> pd.DataFrame:
+def ranking_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Each method's validation loss at its chosen rate (mean over seeds, and their sd at the
     last) at the last two evaluations, and its place in the ranking at each: a run long enough
     to rank the methods ranks them the same at both (`ranking_verdict`)."""
@@ -262,7 +262,7 @@ def ranking_verdict(table: pd.DataFrame) -> str:
             f"{': ' + '; '.join(ties) if ties else ''}")
 
 
-def goal(frame: pd.DataFrame, cfg: dict[str, Any], method: str | None = None) -> str:
+def goal(frame: pd.DataFrame, cfg: Config, method: str | None = None) -> str:
     """The issue's goal, checked for `method` (default `headline`): within `goal_ratio` of
     AdamW's test loss with at most `goal_state` of its state, and ahead of GaLore and APOLLO
     at equal bytes (the headline's bytes at the base rank; `method` must be in rank_methods)."""
@@ -287,11 +287,11 @@ def goal(frame: pd.DataFrame, cfg: dict[str, Any], method: str | None = None) ->
 
 # ------------------------------------------------------------------------------ figures
 
-def _unit(cfg: dict[str, Any]) -> str:
+def _unit(cfg: Config) -> str:
     return "byte" if cfg["task"] == "text" else "completion token"
 
 
-def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_curves(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Validation loss against step at each method's chosen rate: the mean over seeds, and
     their range shaded."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -315,7 +315,7 @@ def plot_curves(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
     return fig
 
 
-def plot_pareto(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_pareto(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Test loss against optimizer-state bytes: every method (seed mean ± sd) and the
     rank-sized ones at every rank."""
     fig, ax = plt.subplots(figsize=(10, 4.8))
@@ -364,7 +364,7 @@ def _rank_labels(ranks: pd.DataFrame, apart: float = 0.15) -> list[tuple[int, fl
     return labels
 
 
-def plot_sweep(frame: pd.DataFrame, cfg: dict[str, Any]) -> plt.Figure:
+def plot_sweep(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Validation loss against learning rate for every method (sweep seed); a loss above the
     axes (a rate far from the best, or diverged) is drawn at its top edge."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))

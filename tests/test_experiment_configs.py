@@ -1,0 +1,103 @@
+"""Every experiment's config is typed: one field per key of its YAML, the YAML's values at every
+scale kept exactly (value and type), bad values refused naming the key, frozen, and read as the
+mapping the experiment code indexes."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+import pytest
+
+from logra.config import ConfigError, TypedConfig, load_config, packaged_experiments, scales_of
+
+EXPERIMENTS = [name for name in packaged_experiments() if name != "grpo"]  # grpo: GRPOConfig
+
+
+def config_class(experiment: str) -> type[TypedConfig]:
+    return importlib.import_module(f"logra.experiments.{experiment}").Config
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal values of equal types, all the way down (1 and 1.0 differ)."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(same(a[k], b[k]) for k in a))
+    if isinstance(a, list | tuple) or isinstance(b, list | tuple):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(same(x, y) for x, y in zip(a, b, strict=True)))
+    return type(a) is type(b) and a == b
+
+
+def test_every_experiment_has_a_typed_config_of_exactly_its_yaml_keys() -> None:
+    assert len(EXPERIMENTS) == 11
+    for experiment in EXPERIMENTS:
+        cls = config_class(experiment)
+        assert issubclass(cls, TypedConfig) and experiment == cls.EXPERIMENT
+        fields = {field.name for field in dataclasses.fields(cls)}
+        assert fields == set(load_config(experiment, scales_of(experiment)[0])), experiment
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_scale_validates_and_keeps_the_yaml_values_exactly(experiment: str) -> None:
+    """Typing changes no value a run's cache key or a table reads: 16 stays an int, 1e-3 a
+    float, a list a list."""
+    cls = config_class(experiment)
+    for scale in scales_of(experiment):
+        loaded = load_config(experiment, scale)
+        typed = cls.from_mapping(loaded)
+        assert dict(typed) == loaded and typed == loaded
+        assert all(same(typed[key], loaded[key]) for key in loaded), (experiment, scale)
+
+
+@pytest.mark.parametrize(("experiment", "overrides", "message"), [
+    ("kl_control", {"seeds": []}, r"seeds: list should have at least 1 item"),
+    ("kl_control", {"studies": ["frontier", "bugdet"]},
+     r"studies: input should be 'frontier', 'budget' or 'cost', got 'bugdet'"),
+    ("kl_control", {"budget_method": "logra-nokll"},
+     r"budget_method: input should be one of \['adamw', .*'logra-nokl'.*\], got 'logra-nokll'"),
+    ("comparison", {"methods": ["adamw", "lorra"]}, r"methods: input should be one of .*'lorra'"),
+    ("comparison", {"lr_grid": {"adamw": [1e-4, -1e-3]}},
+     r"lr_grid: input should be greater than 0, got -0.001"),
+    ("comparison", {"alpha": 1.5}, r"alpha: input should be less than 1, got 1.5"),
+    ("rl_regime", {"tasks": ["gsm-synt"]}, r"tasks: input should be 'gsm-synth'"),
+    ("rl_regime", {"workers": -1}, r"workers: input should be greater than or equal to 0"),
+    ("kl_trajectories", {"method_lr": {"adamw": "1e-4"}},
+     r"method_lr: input should be a valid number, got '1e-4'"),
+    ("kl_trajectories", {"c5_window": [50]}, r"c5_window: list should have at least 2 items"),
+    ("memory", {"sharding": "zero4"}, r"sharding: input should be 'none', 'zero1', 'zero2' or"),
+    ("memory", {"models": ["qwen2.5-3b"]}, r"models: input should be 'qwen2.5-1.5b'"),
+    ("long_horizon", {"betas": [0.9, 1.0]}, r"betas: input should be less than 1, got 1.0"),
+    ("long_horizon", {"reconstructions": ["gian"]}, r"reconstructions: input should be 'blend'"),
+    ("optimizer_cost", {"control_estimators": ["exact"]},
+     r"control_estimators: input should be 'none', 'calibrated', 'diag' or 'jvp'"),
+    ("training_quality", {"task": "txt"}, r"task: input should be 'text' or 'sft', got 'txt'"),
+    ("rare_tokens", {"shares": [0.0]}, r"shares: input should be greater than 0"),
+    ("communication", {"measured_model": "proxy-2m"}, r"measured_model: input should be"),
+])
+def test_a_bad_value_is_refused_naming_its_key(experiment: str, overrides: dict[str, Any],
+                                               message: str) -> None:
+    module = importlib.import_module(f"logra.experiments.{experiment}")
+    scale = "smoke" if "smoke" in scales_of(experiment) else "default"
+    with pytest.raises(ConfigError, match=message):
+        module.config(scale, **overrides)
+
+
+def test_a_config_is_frozen_checked_again_on_replace_and_read_as_a_mapping() -> None:
+    from logra.experiments import kl_control
+
+    cfg = kl_control.config("smoke")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seeds = [1]  # type: ignore[misc]
+    changed = cfg.replace(seeds=[0, 1])
+    assert changed.seeds == changed["seeds"] == [0, 1] and cfg.seeds == [0]
+    with pytest.raises(ConfigError, match=r"seeds: input should be a valid integer, got 'a'"):
+        cfg.replace(seeds=["a"])
+    with pytest.raises(ConfigError, match=r"unknown key 'sedes'; valid keys: \[.*'seeds'"):
+        cfg.replace(sedes=[0])
+    with pytest.raises(ConfigError, match=r"missing key 'seeds': the config of kl_control sets"):
+        kl_control.Config.from_mapping({k: v for k, v in cfg.items() if k != "seeds"})
+    with pytest.raises(KeyError):
+        cfg["sedes"]
+    assert {**cfg}["steps"] == cfg.steps and len(cfg) == len(dataclasses.fields(cfg))
