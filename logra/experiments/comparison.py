@@ -50,7 +50,7 @@ from matplotlib.patches import Patch
 from pydantic import Field
 
 from logra import io, paths
-from logra.config import TypedConfig, typed
+from logra.config import typed
 from logra.data import get_task
 from logra.experiments import grpo_runs
 from logra.experiments.grpo_runs import Run
@@ -58,17 +58,13 @@ from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
 from logra.experiments.typed import (
-    Count,
-    GRPOCount,
     Level,
     LRs,
     Method,
     Methods,
     PathText,
     Positive,
-    Seeds,
     Task,
-    Workers,
 )
 from logra.methods import METHODS, palette
 from logra.models import SCALES
@@ -97,32 +93,18 @@ C8_REPORTED = ("27B on 8×80 GB: LoGRA 84.2 % pass@1 on GSM8K, 51.7 % on MATH; L
 
 
 @typed
-class Config(TypedConfig):
-    """experiments/comparison.yaml's keys (its comments say what each holds)."""
+class Config(grpo_runs.GRPOExperiment):
+    """experiments/comparison.yaml's keys (its comments say what each holds):
+    those of every RL experiment, and its own."""
 
     EXPERIMENT: ClassVar[str] = "comparison"
-    scale: str
-    grpo_scale: str
     methods: Methods
     lr_grid: dict[Method, LRs]
     sweep_seed: int
-    seeds: Seeds
     chosen_lrs: PathText | None  # a sweep table to read the lrs from (None: sweep)
-    steps: Count
-    workers: Workers
-    predicted_kl_threshold: Positive | None
     models: Annotated[list[str], Field(min_length=1)]
     task: Task
     extra_eval_tasks: list[Task]
-    rank: GRPOCount
-    prompts_per_step: GRPOCount
-    group_size: GRPOCount
-    max_new_tokens: GRPOCount
-    eval_prompts: GRPOCount
-    eval_samples: GRPOCount
-    eval_sampled_prompts: GRPOCount
-    eval_batch_size: GRPOCount
-    results_dir: str
     alpha: Level
     c8_tolerance: Positive
 

@@ -21,8 +21,10 @@ from typing import Any
 
 import pandas as pd
 
+from logra.config import TypedConfig, typed
 from logra.data import load_task
 from logra.data.registry import SPLITS
+from logra.experiments.typed import Count, GRPOCount, Positive, Seeds, Workers
 from logra.methods import METHODS
 from logra.models import SCALES, prepare
 from logra.rl import config as grpo
@@ -33,6 +35,29 @@ GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "m
              "eval_every", "eval_prompts", "eval_batch_size", "eval_samples",
              "eval_sampled_prompts", "results_dir")
 ALWAYS_SHOWN = ("optimizer", "seed", "steps", "lr")  # keys `command` writes even at their default
+
+
+@typed
+class GRPOExperiment(TypedConfig):
+    """The keys every RL experiment's config holds (its `Config` adds its own): the scale of
+    experiments/grpo.yaml its runs start from, their seeds, steps and workers, the δ of its
+    KL-controlled methods, and the GRPO keys its runs share (None: grpo.yaml's value)."""
+
+    scale: str
+    grpo_scale: str
+    seeds: Seeds
+    steps: Count
+    workers: Workers
+    predicted_kl_threshold: Positive | None
+    rank: GRPOCount
+    prompts_per_step: GRPOCount
+    group_size: GRPOCount
+    max_new_tokens: GRPOCount
+    eval_prompts: GRPOCount
+    eval_samples: GRPOCount
+    eval_sampled_prompts: GRPOCount
+    eval_batch_size: GRPOCount
+    results_dir: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,7 +43,7 @@ import pandas as pd
 from matplotlib.ticker import NullFormatter
 from pydantic import Field
 
-from logra.config import TypedConfig, typed
+from logra.config import typed
 from logra.experiments import grpo_runs
 from logra.experiments.comparison import paired
 from logra.experiments.grpo_runs import Run
@@ -52,7 +52,6 @@ from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
 from logra.experiments.typed import (
     Count,
-    GRPOCount,
     Level,
     Method,
     Positive,
@@ -60,7 +59,6 @@ from logra.experiments.typed import (
     Shape,
     Task,
     Window,
-    Workers,
 )
 from logra.methods import METHODS
 from logra.rl import config as grpo
@@ -106,27 +104,13 @@ def _points(cfg: Config) -> list[tuple[str, float, float | None]]:
 
 
 @typed
-class Config(TypedConfig):
-    """experiments/kl_control.yaml's keys (its comments say what each holds)."""
+class Config(grpo_runs.GRPOExperiment):
+    """experiments/kl_control.yaml's keys (its comments say what each holds):
+    those of every RL experiment, and its own."""
 
     EXPERIMENT: ClassVar[str] = "kl_control"
-    scale: str
-    grpo_scale: str
     model: str
     task: Task
-    rank: GRPOCount
-    prompts_per_step: GRPOCount
-    group_size: GRPOCount
-    max_new_tokens: GRPOCount
-    eval_prompts: GRPOCount
-    eval_samples: GRPOCount
-    eval_sampled_prompts: GRPOCount
-    eval_batch_size: GRPOCount
-    results_dir: str
-    steps: Count
-    seeds: Seeds
-    workers: Workers
-    predicted_kl_threshold: Positive | None
     # [method, lr] or [method, lr, δ]: checked by `_points`
     points: Annotated[list[Annotated[list[Any], Field(min_length=2, max_length=3)]],
                       Field(min_length=1)]

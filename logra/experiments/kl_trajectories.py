@@ -43,7 +43,7 @@ import pandas as pd
 import torch
 
 from logra import io
-from logra.config import TypedConfig, typed
+from logra.config import typed
 from logra.experiments import grpo_runs
 from logra.experiments.grpo_runs import command, grpo_job, is_real_scale, prepare_inputs
 from logra.experiments.jobs import run_jobs
@@ -51,14 +51,12 @@ from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow
 from logra.experiments.typed import (
     Count,
-    GRPOCount,
     Method,
     Methods,
     Positive,
     Seeds,
     Task,
     Window,
-    Workers,
 )
 from logra.methods import METHODS
 from logra.optim.kl import predicted_kl_jvp
@@ -75,30 +73,16 @@ C6_REPORTED = ("predicted-KL step control prevents that collapse; KL curves matc
 
 
 @typed
-class Config(TypedConfig):
-    """experiments/kl_trajectories.yaml's keys (its comments say what each holds)."""
+class Config(grpo_runs.GRPOExperiment):
+    """experiments/kl_trajectories.yaml's keys (its comments say what each holds):
+    those of every RL experiment, and its own."""
 
     EXPERIMENT: ClassVar[str] = "kl_trajectories"
-    scale: str
-    grpo_scale: str
     methods: Methods
     method_lr: dict[Method, Positive] | None
-    seeds: Seeds
-    steps: Count
-    workers: Workers
-    predicted_kl_threshold: Positive | None
     model: str | None
     task: Task | None
     lr: Positive | None
-    rank: GRPOCount
-    prompts_per_step: GRPOCount
-    group_size: GRPOCount
-    max_new_tokens: GRPOCount
-    eval_prompts: GRPOCount
-    eval_samples: GRPOCount
-    eval_sampled_prompts: GRPOCount
-    eval_batch_size: GRPOCount
-    results_dir: str
     calibration_keys: dict[str, Any]  # GRPO keys, checked when the calibration's config is built
     calibration_seeds: Seeds
     calibration_steps: Count

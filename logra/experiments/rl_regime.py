@@ -27,19 +27,16 @@ import pandas as pd
 from pydantic import Field
 
 from logra import io
-from logra.config import TypedConfig, typed
+from logra.config import typed
 from logra.experiments import grpo_runs, trl_check
 from logra.experiments.jobs import run_jobs
 from logra.experiments.plots import line_with_band
 from logra.experiments.typed import (
     Count,
-    GRPOCount,
     Level,
     Method,
     Positive,
-    Seeds,
     Task,
-    Workers,
 )
 from logra.rl import config as grpo
 from logra.rl import runner
@@ -52,29 +49,15 @@ NOTEBOOK = "11_rl_regime"
 
 
 @typed
-class Config(TypedConfig):
-    """experiments/rl_regime.yaml's keys (its comments say what each holds)."""
+class Config(grpo_runs.GRPOExperiment):
+    """experiments/rl_regime.yaml's keys (its comments say what each holds):
+    those of every RL experiment, and its own."""
 
     EXPERIMENT: ClassVar[str] = "rl_regime"
-    scale: str
-    grpo_scale: str
     method: Method
     tasks: Annotated[list[Task], Field(min_length=1)]
-    seeds: Seeds
-    steps: Count
-    workers: Workers
-    predicted_kl_threshold: Positive | None
     model: str
     lr: Positive
-    rank: GRPOCount
-    prompts_per_step: GRPOCount
-    group_size: GRPOCount
-    max_new_tokens: GRPOCount
-    eval_prompts: GRPOCount
-    eval_samples: GRPOCount
-    eval_sampled_prompts: GRPOCount
-    eval_batch_size: GRPOCount
-    results_dir: str
     min_sampled_gain: float
     min_greedy_gain: float
     alpha: Level
