@@ -4,8 +4,8 @@ A key's type says what it accepts: a range (`Count`: an integer ≥ 1), a choice
 (`Task`, `ModelScale`; `Method` reads `logra.methods.METHODS` as each config is built, since a
 method may be added at run time), or both in a list (`Seeds`: a non-empty list of integers). The
 pydantic dataclass of each experiment reads them; a value outside is a `ConfigError` naming the
-key before any compute. Numbers that YAML may write either way are `Number` (kept as given, so
-the hashes of cached results read the same values).
+key before any compute. The packaged YAMLs' values pass through unchanged, types included
+(`tests/test_experiment_configs.py`), so the hashes of cached results read the same values.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from logra.models import SCALES
 
 Count = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
-Number = int | float
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Share = Annotated[float, Field(gt=0, le=1)]
