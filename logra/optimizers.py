@@ -101,7 +101,7 @@ class OptimizerSettings:
         v, list) else v), Field(min_length=1)] = LORA_TARGETS
 
     @classmethod
-    def from_mapping(cls, values: OptimizerSettings) -> OptimizerSettings:
+    def from_mapping(cls, values: Mapping[str, Any]) -> OptimizerSettings:
         """The settings of `values` (`lr` and any others); ConfigError naming the bad key."""
         with named_errors(SETTINGS, "settings have no {key!r}: every optimizer needs a learning "
                                     "rate"):
