@@ -19,7 +19,8 @@ and `default` only (a full copy of the base resolves as the copy alone would); a
 runs at every scale of the base, its defaults over each.
 
 The packaged configs are `logra/resources/experiments` (see `logra.paths`). Only the standard
-library and, when a file is read, yaml: every layer of the package may import this module.
+library and, when a file is read, yaml (pydantic when a typed config is declared or built):
+every layer of the package may import this module.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from logra.paths import FIGURES_SCALE, RESOURCES_DIR
 
@@ -198,18 +199,18 @@ class TypedConfig(Mapping[str, Any]):
         return len(_field_names(type(self)))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> Self:
+    def from_mapping(cls: type[C], values: Mapping[str, Any]) -> C:
         """The config of `values` (every key, no other); ConfigError naming the first bad key."""
         with named_errors(cls.key_names(), "missing key {key!r}: the config of " + cls.EXPERIMENT
                           + " sets every key of experiments/" + cls.EXPERIMENT + ".yaml"):
             return cls(**values)
 
     @classmethod
-    def load(cls, scale: str = "default", **overrides: Any) -> Self:
+    def load(cls: type[C], scale: str = "default", **overrides: Any) -> C:
         """experiments/<EXPERIMENT>.yaml at `scale` with `overrides` on top, validated."""
         return cls.from_mapping(load_config(cls.EXPERIMENT, scale, **overrides))
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self: C, **changes: Any) -> C:
         """A copy with `changes`, validated again; ConfigError naming the first bad key."""
         return self.from_mapping({**self, **changes})
 
