@@ -40,7 +40,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from pydantic import Field
 
 from logra.config import typed
@@ -722,6 +722,9 @@ def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     ax_kl.set_title("drift from the reference (lines: batches; dots: highest probe over seeds;"
                     "\ndotted: the budget)", fontsize=10)
     ax_acc.set_xscale("log")
+    ax_acc.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 0.02, 0.05, 0.1, 0.2: a short
+    ax_acc.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))  # axis, readable
+    ax_acc.xaxis.set_minor_formatter(NullFormatter())  # (minor labels overlap)
     ax_acc.set_xlabel(f"final KL to the reference (mean of the last {cfg['final_steps']} steps)")
     ax_acc.set_ylabel(f"greedy pass@1 on {cfg['eval_prompts']:,} held-out problems (%)")
     ax_acc.set_title("accuracy at the KL each control ends at (bars: seed range)", fontsize=10)
