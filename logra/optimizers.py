@@ -72,6 +72,15 @@ Positive = Annotated[float, Field(gt=0)]
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def tuple_of_list(value: Any) -> Any:
+    """A YAML list as a tuple (a frozen config holds no mutable list); anything else as given,
+    for the type check to judge (a bare string is not split into letters)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+Names = Annotated[tuple[str, ...], BeforeValidator(tuple_of_list), Field(min_length=1)]
+
+
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid"))
 class OptimizerSettings:
     """What `build_optimizer` and `wrap_model` read, typed, with each default in one place.
@@ -97,8 +106,7 @@ class OptimizerSettings:
     projection_gap: Count = PROJECTION_GAP
     lora_rank: Count = 8
     lora_alpha: Positive = 16.0
-    lora_targets: Annotated[tuple[str, ...], BeforeValidator(lambda v: tuple(v) if isinstance(
-        v, list) else v), Field(min_length=1)] = LORA_TARGETS
+    lora_targets: Names = LORA_TARGETS
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> OptimizerSettings:

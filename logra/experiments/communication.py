@@ -101,6 +101,7 @@ class Config(TypedConfig):
     tolerance: Positive
     c12_shrink: Share
 
+
 def config(scale: str = "default", **overrides: Any) -> Config:
     """experiments/communication.yaml at `scale`, with `overrides` on top, checked."""
     return Config.load(scale, **overrides)

@@ -20,11 +20,13 @@ from pydantic_core import PydanticCustomError
 from logra.data import TASKS
 from logra.methods import METHODS
 from logra.models import SCALES
+from logra.optimizers import (  # the optimizer settings' ranges, shared by every config
+    Count,
+    NonNegative,  # noqa: F401  (re-exported: experiments declare keys with it)
+    Positive,
+)
 
-Count = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
-Positive = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[float, Field(ge=0)]
 Share = Annotated[float, Field(gt=0, le=1)]
 Seeds = Annotated[list[int], Field(min_length=1)]
 Counts = Annotated[list[Count], Field(min_length=1)]

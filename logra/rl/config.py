@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
 from logra.config import ConfigError, as_number, coerce, load_config, named_errors, read_spec
@@ -37,6 +37,7 @@ from logra.optimizers import (
     REGISTRY,
     SETTINGS,
     KLEstimator,
+    Names,
     OptimizerSettings,
     Reconstruction,
     check_optimizer,
@@ -100,12 +101,6 @@ def resolve(
     return GRPOConfig.from_mapping(load_config(experiment, scale, base=EXPERIMENT, **merged))
 
 
-def _tuple_of_list(value: Any) -> Any:
-    """A YAML list as a tuple (a frozen config holds no mutable list); anything else as given,
-    for the type check to judge (a bare string is not split into letters)."""
-    return tuple(value) if isinstance(value, list) else value
-
-
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid"))
 class GRPOConfig:
     """One GRPO run's settings: every key of experiments/grpo.yaml, typed and checked.
@@ -139,7 +134,7 @@ class GRPOConfig:
     kl_drift_source: Literal["probe"] | None
     lora_rank: Count
     lora_alpha: Positive
-    lora_targets: Annotated[tuple[str, ...], BeforeValidator(_tuple_of_list), Field(min_length=1)]
+    lora_targets: Names
     group_size: Annotated[int, Field(ge=2)]  # advantages need a group standard deviation
     prompts_per_step: Count
     max_new_tokens: Count
