@@ -344,12 +344,70 @@ def test_every_rank_s_best_rate_is_bracketed(monkeypatch, tmp_path) -> None:
 
     monkeypatch.setattr(tq, "train", synthetic_train)  # best 4.8e-2 at rank 64
     frame = tq.run(cfg, progress=False)
-    tried = sorted(frame.loc[(frame["study"] == "ranks") & (frame["rank"] == 64), "lr"])
+    tried = sorted(frame.loc[(frame["study"] == "ranks") & (frame["rank"] == 64)
+                             & (frame["seed"] == cfg.sweep_seed), "lr"])
     # 9e-3 (edge) → 2.7e-2 (edge) → 8.1e-2 (edge: nearer 4.8e-2 in log) → 2.43e-1: bracketed
     assert tried == pytest.approx([1e-3, 3e-3, 9e-3, 2.7e-2, 8.1e-2, 2.43e-1])
     ranks = tqr.rank_table(frame, cfg).set_index("rank")
     assert ranks.loc[64, "best lr"] == pytest.approx(8.1e-2)
     assert not ranks["lr at edge"].any()
+
+
+def test_equal_bytes_pairs_each_optimizer_by_seed_against_logra_s_best_by_validation(
+        monkeypatch, tmp_path) -> None:
+    """Every rank of the rank study runs at each of `rank_seeds` at that rank's chosen rate;
+    each method's test loss is interpolated in log bytes at the headline's bytes seed by seed;
+    LoGRA's best is chosen on validation loss (here the rule that is worse on test), and every
+    other method is paired against it by seed, Holm over the table."""
+    methods = {"adamw": {"optimizer": "adamw", "lrs": [1e-3]},
+               "gain": {"optimizer": "logra", "reconstruction": "gain", "lrs": [1e-3]},
+               "subspace": {"optimizer": "logra", "reconstruction": "subspace", "lrs": [1e-3]},
+               "galore": {"optimizer": "galore", "lrs": [1e-3]}}
+    seeds = [0, 1, 2, 3]
+    cfg = tq.config("smoke", results_dir=str(tmp_path), rank=4, ranks=[2, 4, 8],
+                    max_extensions=0, methods=methods, headline="gain", seeds=seeds,
+                    rank_methods=["gain", "subspace", "galore"], rank_seeds=seeds)
+    offset = {"adamw": 0.0, "gain": 0.0, "subspace": 0.01, "galore": 0.2}
+    noise = {"adamw": [0] * 4, "gain": [0, 0.003, -0.002, 0.001],
+             "subspace": [0.001, -0.001, 0.002, 0], "galore": [0.002, 0, -0.001, 0.003]}
+
+    def fake_train(cfg, run):
+        test = (2 + offset[run.method] + noise[run.method][run.seed] - 0.01 * run.rank
+                + math.log(run.lr / 1e-3) ** 2)
+        validation = test - (0.05 if run.method == "subspace" else 0)
+        return {**run.__dict__, "label": tq.label(cfg, run.method), "validation_loss": validation,
+                "test_loss": test, "state_bytes": (1500 if run.method == "galore" else 1000)
+                * run.rank, "step_ms": 1.0, "diverged": False,
+                "curve": [{"step": 0, "validation_loss": validation}]}
+
+    monkeypatch.setattr(tq, "train", fake_train)
+    frame = tq.run(cfg, progress=False)
+    spread = frame[(frame["study"] == "ranks") & (frame["seed"] != cfg.sweep_seed)]
+    assert sorted(set(spread["seed"])) == [1, 2, 3] and set(spread["rank"]) == {2, 8}
+    assert len(spread) == 3 * 2 * 3 and (spread["lr"] == 1e-3).all() and spread["chosen"].all()
+
+    table = tqr.equal_bytes(frame, cfg).set_index("optimizer")
+    best = tq.label(cfg, "subspace")
+    column = "test loss at 0.004 MB"  # the headline's bytes at rank 4
+    assert table.loc[best, "verdict"].startswith("reference")
+    w = math.log(4 / 3) / math.log(2)  # GaLore: 3000 B at rank 2, 6000 B at rank 4
+    galore = [2.2 + n - 0.01 * (2 + 2 * w) for n in noise["galore"]]
+    assert table.loc["GaLore", column] == pytest.approx(np.mean(galore))
+    assert table.loc["GaLore", "seeds"] == 4
+    assert table.loc["GaLore", "verdict"] == f"higher than {best}"
+    gain = np.array(noise["gain"]) - np.array(noise["subspace"]) - 0.01
+    raw = paired_t_p(gain)
+    assert table.loc["GaLore", "p (Holm)"] < raw  # so Holm multiplies GaLore's p by 2, gain's by 1
+    assert table.loc[tq.label(cfg, "gain"), "p (Holm)"] == pytest.approx(raw)
+    assert table.loc[tq.label(cfg, "gain"), "verdict"] == f"lower than {best}"
+    assert table.loc[tq.label(cfg, "gain"), column] == pytest.approx(
+        np.mean([1.96 + n for n in noise["gain"]]))
+
+
+def paired_t_p(differences: np.ndarray) -> float:
+    from scipy.stats import ttest_1samp
+
+    return float(ttest_1samp(differences, 0.0).pvalue)
 
 
 def test_the_recipe_ladder_is_paired_against_its_reference(monkeypatch, tmp_path) -> None:
@@ -461,7 +519,8 @@ def test_read_rates_run_the_sweep_s_seeds_and_ranks_and_sweep_nothing(monkeypatc
     assert tq.reads_chosen(cfg) and "rates read from" in tq.describe(cfg)
     read = tq.run(cfg, progress=False)
     assert {r.study for r in trained} == {"seeds", "ranks"}
-    assert len(trained) == 2 * len(cfg["seeds"]) + 2  # two methods' seeds, GaLore's ranks 2, 8
+    # two methods' seeds, GaLore's ranks 2 and 8 at each rank seed
+    assert len(trained) == 2 * len(cfg["seeds"]) + 2 * len(cfg["rank_seeds"])
     chosen_runs = swept[swept["chosen"]].drop_duplicates(["method", "rank", "seed"])
     assert sorted((r.method, r.rank, r.seed, r.lr) for r in trained) == sorted(
         chosen_runs[["method", "rank", "seed", "lr"]].itertuples(index=False, name=None))

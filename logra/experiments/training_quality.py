@@ -85,7 +85,8 @@ class Run:
     lr: float
     seed: int
     rank: int
-    study: str  # "sweep", "seeds" or "ranks"
+    study: str  # "sweep", "seeds" or "ranks" (the rank study: its rates at the sweep seed, then
+    # the chosen one at the other `rank_seeds`)
 
 
 @typed
@@ -135,6 +136,7 @@ class Config(TypedConfig):
     recipe_ladder: list[str]
     rank_methods: Annotated[list[str], Field(min_length=1)]
     ranks: Counts
+    rank_seeds: Seeds  # of `seeds`: the rank study at every rank (the equal-bytes seed spread)
     goal_ratio: Positive
     goal_state: Positive
     results_dir: str
@@ -179,6 +181,9 @@ def config(scale: str = "default", **overrides: Any) -> Config:
                           "fine-tuned on)")
     if cfg.sweep_seed not in cfg.seeds:
         raise ConfigError(f"sweep_seed {cfg.sweep_seed} must be one of seeds {cfg.seeds}")
+    outside = sorted(set(cfg.rank_seeds) - set(cfg.seeds))
+    if outside:  # their base-rank runs are the seeds study's
+        raise ConfigError(f"rank_seeds {outside} must be among seeds {cfg.seeds}")
     if cfg.chosen_lrs is not None:
         absent = [str(path) for path in chosen_tables(cfg).values() if not path.is_file()]
         if absent:
@@ -454,8 +459,9 @@ def sweep(cfg: Config, progress: bool = True) -> list[dict]:
 
 
 def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
-    """Sweep, then seeds and ranks at each method's chosen rate: one row per run. With
-    `reads_chosen`, only the seeds and ranks, at the rates of `read_chosen`."""
+    """Sweep, then seeds and ranks at each method's chosen rate (each rank's own, found at the
+    sweep seed, then run at the other `rank_seeds`): one row per run. With `reads_chosen`, only
+    the seeds and ranks, at the rates of `read_chosen`."""
     if reads_chosen(cfg):
         return _run_chosen(cfg, progress)
     results = sweep(cfg, progress)
@@ -468,6 +474,9 @@ def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
     results += _bracket_ranks(cfg, results, progress)
     at_rank = {(r["method"], r["rank"]): _best(results, r["method"], "ranks", r["rank"])["lr"]
                for r in results if r["study"] == "ranks"}
+    spread = [Run(m, lr, s, r, "ranks") for (m, r), lr in at_rank.items()
+              for s in cfg["rank_seeds"] if s != cfg["sweep_seed"]]
+    results += _jobs(cfg, spread, progress, f"{EXPERIMENT} rank seeds")
     frame = pd.DataFrame(results)
     frame["chosen"] = [r["lr"] == (at_rank[r["method"], r["rank"]] if r["study"] == "ranks"
                                    else chosen[r["method"]]) for r in results]
@@ -479,8 +488,9 @@ def _run_chosen(cfg: Config, progress: bool) -> pd.DataFrame:
     chosen = read_chosen(cfg)["lr"]
     runs = [Run(m, chosen[m, cfg["rank"]], s, cfg["rank"], "seeds") for m in cfg["methods"]
             for s in cfg["seeds"]]
-    runs += [Run(m, chosen[m, r], cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
-             for r in cfg["ranks"] if r != cfg["rank"]]
+    runs += [Run(m, chosen[m, r], s, r, "ranks") for m in cfg["rank_methods"]
+             for r in cfg["ranks"] if r != cfg["rank"]
+             for s in dict.fromkeys([cfg["sweep_seed"], *cfg["rank_seeds"]])]
     frame = pd.DataFrame(_jobs(cfg, runs, progress, f"{EXPERIMENT} seeds and ranks"))
     frame["chosen"] = True
     return frame

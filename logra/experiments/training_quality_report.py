@@ -196,20 +196,73 @@ def rank_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     })
 
 
-def equal_bytes(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
-    """Each rank-sized optimizer's test loss at the state bytes of `headline` at the base rank,
-    interpolated in log bytes between its ranks (nan outside the ranks it ran)."""
-    ranks = rank_table(frame, cfg)
-    headline = label(cfg, cfg["headline"])
-    target = ranks.loc[(ranks["optimizer"] == headline) & (ranks["rank"] == cfg["rank"]),
-                       "state MB"].iloc[0]
+def _rank_runs(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
+    """The rank-sized optimizers' runs at each rank's chosen rate, one per (method, rank, seed)
+    of `rank_seeds` (the base rank's are the seeds study's)."""
+    runs = frame[frame["method"].isin(cfg["rank_methods"]) & frame["chosen"]
+                 & frame["seed"].isin(cfg["rank_seeds"])]
+    return runs.drop_duplicates(["method", "rank", "seed"])
+
+
+def rank_spread(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
+    """Per rank-sized optimizer and rank: state MB, and the test loss's mean, lowest and
+    highest over `rank_seeds`."""
+    runs = _rank_runs(frame, cfg).assign(state_mb=lambda r: r["state_bytes"] / 1e6)
+    spread = runs.groupby(["method", "rank"]).agg(
+        state_mb=("state_mb", "mean"), mean=("test_loss", "mean"), low=("test_loss", "min"),
+        high=("test_loss", "max"), seeds=("seed", "nunique"))
+    return spread.reset_index()
+
+
+def losses_at_bytes(frame: pd.DataFrame, cfg: Config) -> tuple[float, pd.DataFrame]:
+    """(target, losses): the target is `headline`'s state MB at the base rank; `losses` has one
+    row per rank-sized method and seed of `rank_seeds` with its test and validation loss
+    interpolated at the target, linearly in log bytes between its ranks at that seed (a method
+    whose ranks do not span the target has no row)."""
+    runs = _rank_runs(frame, cfg)
+    at_base = runs[(runs["method"] == cfg["headline"]) & (runs["rank"] == cfg["rank"])]
+    target = float(at_base["state_bytes"].mean()) / 1e6
     rows = []
-    for name, rows_of in ranks.groupby("optimizer", sort=False):
-        x, y = np.log(rows_of["state MB"].to_numpy()), rows_of["test loss"].to_numpy()
-        order = np.argsort(x)
-        inside = x.min() <= math.log(target) <= x.max()
-        loss = float(np.interp(math.log(target), x[order], y[order])) if inside else math.nan
-        rows.append({"optimizer": name, f"test loss at {target:.3g} MB": loss})
+    for (method, seed), of in runs.groupby(["method", "seed"], sort=False):
+        of = of.sort_values("state_bytes")
+        x = np.log(of["state_bytes"].to_numpy() / 1e6)
+        if not x.min() <= math.log(target) <= x.max():
+            continue
+        rows.append({"method": method, "seed": seed, **{
+            column: float(np.interp(math.log(target), x, of[column].to_numpy()))
+            for column in ("test_loss", "validation_loss")}})
+    return target, pd.DataFrame(rows, columns=["method", "seed", "test_loss", "validation_loss"])
+
+
+def equal_bytes(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
+    """Each rank-sized optimizer's test loss at `headline`'s state bytes (`losses_at_bytes`):
+    mean, sd and range over `rank_seeds`, and paired by seed against LoGRA's best there (the
+    LoGRA method with the lowest mean *validation* loss at those bytes: chosen on one split,
+    reported on the other), Holm over the table's tests, verdict at p < 0.05."""
+    target, losses = losses_at_bytes(frame, cfg)
+    present = [m for m in cfg["rank_methods"] if m in set(losses["method"])]
+    validation = losses.groupby("method")["validation_loss"].mean()
+    logra = [m for m in present if cfg["methods"][m]["optimizer"] == "logra"]
+    best = min(logra or [cfg["headline"]], key=lambda m: validation[m])
+    others = [m for m in present if m != best]
+    tests = {m: _paired(losses, m, best) for m in others}
+    adjusted = dict(zip(others, _holm_column([p for *_, p in tests.values()]), strict=True))
+    base = label(cfg, best)
+    rows = []
+    for method in present:
+        mine = losses.loc[losses["method"] == method, "test_loss"]
+        row = {"optimizer": label(cfg, method), f"test loss at {target:.3g} MB": mine.mean(),
+               "± sd": mine.std(ddof=1) if len(mine) > 1 else math.nan,
+               "seed range": f"{mine.min():.4f}–{mine.max():.4f}", "seeds": len(mine)}
+        if method == best:
+            row.update({f"Δ vs {base} (95 % CI)": "", "p (Holm)": math.nan,
+                        "verdict": "reference: LoGRA's best here (by validation loss)"})
+        else:
+            _, mean, half, _ = tests[method]
+            row.update({f"Δ vs {base} (95 % CI)": _delta_text(mean, half),
+                        "p (Holm)": adjusted[method],
+                        "verdict": _verdict(mean, adjusted[method], base)})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -317,7 +370,7 @@ def plot_curves(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
 
 def plot_pareto(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Test loss against optimizer-state bytes: every method (seed mean ± sd) and the
-    rank-sized ones at every rank."""
+    rank-sized ones at every rank (mean and range over `rank_seeds`)."""
     fig, ax = plt.subplots(figsize=(10, 4.8))
     table = summary(frame, cfg)
     reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
@@ -331,19 +384,24 @@ def plot_pareto(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
             continue
         ax.errorbar(row["state MB"], loss, yerr=0 if math.isnan(row["± sd"]) else row["± sd"],
                     fmt="o", color=color(cfg, method), label=row["optimizer"], capsize=3)
-    ranks = rank_table(frame, cfg)
+    spread = rank_spread(frame, cfg)
     for method in cfg["rank_methods"]:
-        rows = ranks[ranks["optimizer"] == label(cfg, method)]
-        ax.plot(rows["state MB"], rows["test loss"], "--", color=color(cfg, method), lw=1)
+        rows = spread[spread["method"] == method].sort_values("state_mb")
+        ax.plot(rows["state_mb"], rows["mean"], "--", color=color(cfg, method), lw=1)
+        ax.fill_between(rows["state_mb"], rows["low"], rows["high"], color=color(cfg, method),
+                        alpha=0.12, lw=0)
+    ranks = spread.rename(columns={"state_mb": "state MB", "high": "test loss"})
     for rank, x, y in _rank_labels(ranks):
         ax.annotate(f"r{rank}", (x, y), fontsize=6, xytext=(0, 4), textcoords="offset points",
                     ha="center")
     ax.set_xscale("log")
     ax.set_xlabel("optimizer state (MB, measured)")
     ax.set_ylabel(f"test loss (nats / {_unit(cfg)})")
-    lowest = min(table["test loss"].min(), ranks["test loss"].min())
+    lowest = min(table["test loss"].min(), spread["low"].min())
     ax.set_ylim(lowest - 0.03, top + 0.02)
-    ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps; ▲ off the chart)")
+    seeds = int(spread["seeds"].max())
+    ax.set_title("Held-out loss against optimizer memory (dashed: rank sweeps, mean and range "
+                 f"over {seeds} seed{'s' * (seeds > 1)}; ▲ off the chart)", fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return fig
