@@ -87,3 +87,98 @@ def test_notebook_04_numbers_are_the_committed_tables() -> None:
             assert f"| {diffs[0]} / {diffs[1]} " in line, (line, diffs)
         if method != "policy before RL":
             assert f"{float(t['optimizer state, MB']):.2f} MB" in line, line
+
+
+# the README's name of each row of notebook 10's table -> the tables' optimizer label
+QUALITY_ROWS = {
+    "AdamW": "AdamW", "8-bit AdamW": "8-bit AdamW", "Adafactor": "Adafactor",
+    "Adam-mini": "Adam-mini", "GaLore (r 16)": "GaLore", "APOLLO (r 16)": "APOLLO",
+    "APOLLO-Mini": "APOLLO-Mini", "Fira (r 16)": "Fira", "LoRA (r 16, sft only)": "LoRA",
+    "naive projection (r 16)": "naive projection",
+    "**LoGRA gain (r 16, default)**": "LoGRA (gain)", "LoGRA nystrom": "LoGRA (nystrom)",
+    "LoGRA blend": "LoGRA (blend)", "LoGRA subspace": "LoGRA (subspace)",
+    "LoGRA gain, dense embeddings": "LoGRA (gain, dense embeddings)",
+    "… and projections refreshed as APOLLO's": "LoGRA (gain, dense embeddings, refreshed)",
+    "LoGRA channel (APOLLO's rule)": "LoGRA (channel)",
+    "LoGRA channel with APOLLO's recipe": "LoGRA (channel, APOLLO's recipe)",
+}
+VERDICTS = {"reference": "", "no difference": "no difference", "lower than AdamW": "lower",
+            "higher than AdamW": "higher"}
+
+
+def _ratio(value: float) -> str:
+    return "1" if value == 1 else f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
+
+
+def _table_rows(text: str, header: str) -> dict[str, list[str]]:
+    """The markdown table under `header` in `text`: first cell -> the other cells."""
+    lines = text[text.index(header):].splitlines()[2:]
+    rows = {}
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        first, *cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[first] = cells
+    return rows
+
+
+def test_notebook_10_numbers_are_the_committed_tables() -> None:
+    """Every row of the README's training-quality table quotes figures/training_quality.csv
+    (text) and training_quality_sft.csv: the test loss, the verdict against AdamW and the state
+    ratio, and every optimizer of the two tables has a row."""
+    tables = {task: pd.read_csv(FIGURES / f"training_quality{suffix}.csv").set_index("optimizer")
+              for task, suffix in (("text", ""), ("sft", "_sft"))}
+    text = _section("Running things")
+    text = text[text.index("### Training quality at equal memory"):]
+    rows = _table_rows(text, "| optimizer | text loss |")
+    assert set(rows) == set(QUALITY_ROWS)
+    assert set(QUALITY_ROWS.values()) == set(tables["text"].index) | set(tables["sft"].index)
+    for name, cells in rows.items():
+        label, ratios = QUALITY_ROWS[name], []
+        for (loss, verdict), table in zip((cells[0:2], cells[2:4]), tables.values(), strict=True):
+            if label not in table.index:
+                assert loss == verdict == "", (name, cells)
+                continue
+            row = table.loc[label]
+            quoted = float(loss.split()[0])  # 3 decimals of a table rounded to 4
+            assert abs(quoted - row["test loss"]) <= 0.00055, (name, loss, row["test loss"])
+            assert verdict == VERDICTS[row["verdict"]], (name, verdict, row["verdict"])
+            ratios.append(_ratio(row["state / AdamW"]))
+        assert cells[4] == " / ".join(ratios), (name, cells[4], ratios)
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.1f}".replace("-", "−")
+
+
+def test_notebook_09_budget_numbers_are_the_committed_table() -> None:
+    """The README's drift-budget paragraph quotes figures/kl_control_budget.csv: final and
+    highest probed KL, greedy and sampled pass@1, and the paired differences."""
+    table = pd.read_csv(FIGURES / "kl_control_budget.csv").set_index("setting")
+    text = _section("Running things")
+    text = text[text.index("**Drift budget**"):]
+    text = " ".join(text[:text.index("\n\n")].split())  # the paragraph, on one line
+    free, budget = table.loc["no control"], table.loc["drift budget B = 0.03"]
+    fixed, adaptive = table.loc["fixed β = 0.04 (GRPO's penalty)"], table.loc[
+        "adaptive β (target 0.03)"]
+    vs_free, vs_budget = "Δ vs no control (pts)", "Δ vs drift budget B = 0.03 (pts)"
+    quoted = [
+        f"final KL {free['final KL, seed min']:.3f} and {free['final KL, seed max']:.3f}",
+        f"greedy {free['greedy pass@1 (%)']:.2f} %",
+        f"(highest {budget['highest probed KL']:.3f}) and ends at "
+        f"{budget['final KL to ref, mean']:.3f} with greedy {budget['greedy pass@1 (%)']:.1f} % "
+        f"and sampled {budget['sampled pass@1 (%)']:.1f} %",
+        f"({_signed(budget[f'greedy: {vs_free}'])} and {_signed(budget[f'sampled: {vs_free}'])} "
+        f"points against no control",
+        f"ends at {adaptive['final KL to ref, mean']:.3f} but",
+        f"(probes up to {adaptive['highest probed KL']:.3f}), greedy "
+        f"{adaptive['greedy pass@1 (%)']:.1f} %",
+        f"{fixed['final KL to ref, mean']:.3f} (probes up to {fixed['highest probed KL']:.3f}), "
+        f"greedy {fixed['greedy pass@1 (%)']:.1f} %",
+        f"({_signed(fixed[f'greedy: {vs_budget}'])} greedy",
+        f"{_signed(fixed[f'sampled: {vs_budget}'])} sampled",
+        f"({_signed(adaptive[f'greedy: {vs_budget}'])} greedy",
+        f"{_signed(adaptive[f'sampled: {vs_budget}'])} sampled",
+    ]
+    missing = [q for q in quoted if q not in text]
+    assert not missing, missing
