@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -43,7 +43,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from logra import paths
-from logra.experiments import memory, report
+from logra.experiments import memory, memory_report, report
 from logra.io import write_frame
 
 # %% tags=["parameters"]
@@ -78,7 +78,7 @@ display(counts)
 
 # %%
 state = memory.run(cfg)
-table = memory.state_table(state)
+table = memory_report.state_table(state)
 report.save_table(table, "memory_state_bytes", figures_dir)
 write_frame(f"{figures_dir}/memory_state_bytes_long.csv", state)
 display(Markdown(report.to_markdown(table)))
@@ -94,7 +94,7 @@ budget = memory.budget_frame(cfg)
 wide = budget.pivot_table(index=["model", "optimizer"], columns="component", values="gib",
                           sort=False).reset_index()
 report.save_table(wide, "memory_budget", figures_dir)
-report.show_figure(memory.plot_budget(budget), "memory_budget", figures_dir)
+report.show_figure(memory_report.plot_budget(budget), "memory_budget", figures_dir)
 display(Markdown(report.to_markdown(wide, digits=3)))
 
 # %% [markdown]
@@ -104,12 +104,12 @@ display(Markdown(report.to_markdown(wide, digits=3)))
 # memory against the growth rate; ▲ means none within the simulated steps.
 
 # %%
-oom = memory.oom_table(cfg)
+oom = memory_report.oom_table(cfg)
 report.save_table(oom, "memory_oom", figures_dir)
 run = memory.oom_run(cfg)
 curve = memory.oom_curve(cfg)
 report.save_table(curve, "memory_oom_curve", figures_dir)
-report.show_figure(memory.plot_oom(run, curve, cfg), "memory_oom", figures_dir)
+report.show_figure(memory_report.plot_oom(run, curve, cfg), "memory_oom", figures_dir)
 display(oom)
 
 # %% [markdown]
@@ -119,19 +119,20 @@ display(oom)
 # `memory_c2_search.csv`, the closest rows follow.
 
 # %%
-c2 = memory.c2_search(cfg)
+c2 = memory_report.c2_search(cfg)
 write_frame(f"{figures_dir}/memory_c2_search.csv", c2)
 closest = c2.sort_values("max_error").head(12)
 report.save_table(closest, "memory_c2_closest", figures_dir)
+alone = [f"{int(c2[f'match_{n}'].sum())} match {n} alone" for n in memory_report.C2_REPORTED]
 print(f"{int(c2.match_both.sum())} of {len(c2)} accountings reproduce both numbers; "
-      + ", ".join(f"{int(c2[f'match_{n}'].sum())} match {n} alone" for n in memory.C2_REPORTED))
+      + ", ".join(alone))
 display(closest)
 
 # %% [markdown]
 # ## C3: the two conventions for dense Adam at 27B
 
 # %%
-c3 = memory.c3_conventions("gemma-3-27b")
+c3 = memory_report.c3_conventions("gemma-3-27b")
 report.save_table(c3, "memory_c3", figures_dir)
 display(c3)
 
@@ -143,10 +144,10 @@ display(c3)
 # sequences decoded at once per GPU, the assumption that moves Adam's spare length most.
 
 # %%
-c4 = memory.c4_table(cfg)
+c4 = memory_report.c4_table(cfg)
 report.save_table(c4, "memory_c4", figures_dir)
 display(c4)
-c4_scan = memory.c4_rollout_scan(cfg)
+c4_scan = memory_report.c4_rollout_scan(cfg)
 report.save_table(c4_scan, "memory_c4_rollouts", figures_dir)
 display(c4_scan.dropna(subset=["window_low"]))
 
@@ -154,6 +155,6 @@ display(c4_scan.dropna(subset=["window_low"]))
 # ## Claims
 
 # %%
-rows = memory.claims(cfg, c2, c4, c4_scan)
+rows = memory_report.claims(cfg, c2, c4, c4_scan)
 report.save_claims(rows, "memory", figures_dir)
 display(Markdown(report.to_markdown(report.claims_frame(rows))))

@@ -39,8 +39,9 @@
 #
 # The control scales the whole step by γ = min(1, √(δ / KL̂)) with KL̂ = ½ΔᵀFΔ. The second
 # part calibrates the two estimates of KL̂ — the free diagonal one and the exact JVP — against
-# the KL each step actually caused. All logic lives in `logra.experiments.kl_trajectories`
-# (the runs and methods: `logra.experiments.grpo_runs`).
+# the KL each step actually caused. All logic lives in `logra.experiments.kl_trajectories` (the
+# runs; the methods are `logra.experiments.grpo_runs`') and `kl_trajectories_report` (tables,
+# figures, claims).
 
 # %%
 # %matplotlib inline
@@ -49,6 +50,7 @@ import time
 from logra import paths
 from logra.experiments import grpo_runs, report
 from logra.experiments import kl_trajectories as kt
+from logra.experiments import kl_trajectories_report as ktr
 from logra.experiments.jobs import worker_count
 
 # %% tags=["parameters"]
@@ -82,9 +84,9 @@ print(f"{len(frame):,} step records in {time.perf_counter() - start:.0f} s")
 # run from the lowest to the highest seed.
 
 # %%
-report.show_plot(kt.FIGURES, "kl_trajectories", frame, cfg, figures_dir)
-report.show_table(kt.trajectory_table(frame, cfg), "kl_trajectories", figures_dir)
-print(kt.summary(frame, cfg))
+report.show_plot(ktr.FIGURES, "kl_trajectories", frame, cfg, figures_dir)
+report.show_table(ktr.trajectory_table(frame, cfg), "kl_trajectories", figures_dir)
+print(ktr.summary(frame, cfg))
 
 # %% [markdown]
 # How to read it:
@@ -114,10 +116,10 @@ print(kt.summary(frame, cfg))
 # diagonal estimate cannot be used alone.
 
 # %%
-report.show_plot(kt.FIGURES, "kl_calibration", frame, cfg, figures_dir)
-calibration = kt.calibration_table(frame)
+report.show_plot(ktr.FIGURES, "kl_calibration", frame, cfg, figures_dir)
+calibration = ktr.calibration_table(frame)
 report.show_table(calibration, "kl_calibration", figures_dir)
-print(f"raw diagonal estimate: measured/predicted c = {kt.diagonal_calibration(frame):.3g}")
+print(f"raw diagonal estimate: measured/predicted c = {ktr.diagonal_calibration(frame):.3g}")
 
 # %% [markdown]
 # The same run replayed offline for other probe intervals and windows of the calibration, and
@@ -126,20 +128,20 @@ print(f"raw diagonal estimate: measured/predicted c = {kt.diagonal_calibration(f
 # the estimate costs: each probe is one forward-mode pass over the step's batch.
 
 # %%
-report.show_table(kt.schedule_table(frame), "kl_calibration_schedule", figures_dir)
+report.show_table(ktr.schedule_table(frame), "kl_calibration_schedule", figures_dir)
 
 # %% [markdown]
 # ## Claims
 #
-# Rules (in `kt.c5_claim` and `kt.c6_claim`; thresholds from experiments/kl_trajectories.yaml,
-# printed below): **C5** — a naive-projection seed explodes when its KL (rolling mean) within the
-# claim's window exceeds both `c5_factor` × dense AdamW's highest peak and `c5_min_kl`
-# nats/token; every seed: reproduced, some: partly, none: not reproduced. **C6** — controlled
-# LoGRA's final KL (mean of the last `final_steps` steps, mean over seeds) inside dense AdamW's
-# seed band: reproduced; within a factor `c6_factor` of it: partly. The report's 1,100 steps
-# need a GPU: the last row says how to run them.
+# Rules (in `kl_trajectories_report.c5_claim` and `c6_claim`; thresholds from
+# experiments/kl_trajectories.yaml, printed below): **C5** — a naive-projection seed explodes when
+# its KL (rolling mean) within the claim's window exceeds both `c5_factor` × dense AdamW's highest
+# peak and `c5_min_kl` nats/token; every seed: reproduced, some: partly, none: not reproduced.
+# **C6** — controlled LoGRA's final KL (mean of the last `final_steps` steps, mean over seeds)
+# inside dense AdamW's seed band: reproduced; within a factor `c6_factor` of it: partly. The
+# report's 1,100 steps need a GPU: the last row says how to run them.
 
 # %%
 print({k: cfg[k] for k in ("smooth_steps", "c5_window", "c5_factor", "c5_min_kl", "final_steps",
                            "c6_factor")})
-report.show_claims(kt.claims(frame, cfg), "kl_trajectories", figures_dir)
+report.show_claims(ktr.claims(frame, cfg), "kl_trajectories", figures_dir)

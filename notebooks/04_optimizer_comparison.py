@@ -39,14 +39,15 @@
 # cluster, docs/distributed.md); its sweep table lands in
 # `results/full/figures/comparison_sweep.csv`, and copied over the committed one it sets the
 # lrs the default reads. The same notebook at `1.5b`, `7b` or `27b` points the same code at the
-# real models (GPU). All logic lives in `logra.experiments.comparison`.
+# real models (GPU). All logic lives in `logra.experiments.comparison` (the runs) and
+# `comparison_report` (tests, tables, figures, claims).
 
 # %%
 # %matplotlib inline
 import time
 
 from logra import paths
-from logra.experiments import comparison, grpo_runs, report
+from logra.experiments import comparison, comparison_report, grpo_runs, report
 from logra.experiments.grpo_runs import Run
 
 # %% tags=["parameters"]
@@ -84,10 +85,10 @@ print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s")
 
 # %%
 if comparison.reads_chosen(cfg):
-    report.show_table(comparison.sweep_table(runs, cfg))
+    report.show_table(comparison_report.sweep_table(runs, cfg))
 else:
-    report.show_table(comparison.sweep_table(runs, cfg), "comparison_sweep", figures_dir)
-    report.show_plot(comparison.FIGURES, "comparison_sweep", runs, cfg, figures_dir)
+    report.show_table(comparison_report.sweep_table(runs, cfg), "comparison_sweep", figures_dir)
+    report.show_plot(comparison_report.FIGURES, "comparison_sweep", runs, cfg, figures_dir)
 
 # %% [markdown]
 # ## 2 · Held-out pass@1 at the chosen lrs, the paper's table
@@ -99,16 +100,18 @@ else:
 # absolute numbers are not comparable with GSM8K or MATH, only the rows with each other.
 
 # %%
-report.show_table(comparison.comparison_table(runs, problems, cfg), "comparison", figures_dir)
-report.show_plot(comparison.FIGURES, "comparison_accuracy", runs, cfg, figures_dir)
-report.show_table(comparison.tests_table(runs, problems, cfg), "comparison_tests", figures_dir)
+report.show_table(comparison_report.comparison_table(runs, problems, cfg), "comparison",
+                  figures_dir)
+report.show_plot(comparison_report.FIGURES, "comparison_accuracy", runs, cfg, figures_dir)
+report.show_table(comparison_report.tests_table(runs, problems, cfg), "comparison_tests",
+                  figures_dir)
 
 # %% [markdown]
 # How far each method moved the policy from the reference, and its training reward, step by
 # step (the runs of the table).
 
 # %%
-report.show_plot(comparison.FIGURES, "comparison_training", runs, cfg, figures_dir)
+report.show_plot(comparison_report.FIGURES, "comparison_training", runs, cfg, figures_dir)
 
 # %% [markdown]
 # ## 3 · What each optimizer keeps and costs
@@ -119,18 +122,18 @@ report.show_plot(comparison.FIGURES, "comparison_training", runs, cfg, figures_d
 # on a shared machine, so compare them loosely; notebook 07 times the optimizers side by side.
 
 # %%
-report.show_plot(comparison.FIGURES, "comparison_cost", runs, cfg, figures_dir)
-report.show_table(comparison.runs_table(runs), "comparison_runs", figures_dir)
+report.show_plot(comparison_report.FIGURES, "comparison_cost", runs, cfg, figures_dir)
+report.show_table(comparison_report.runs_table(runs), "comparison_runs", figures_dir)
 
 # %% [markdown]
 # ## Claims
 #
-# Rules (in `comparison.c7_claim` and `comparison.c8_claim`): **C7** — LoGRA at its chosen lr
-# is not significantly below dense AdamW at its own (paired test, Holm p < α = 0.01) on greedy
-# and on sampled pass@1: reproduced if on both, partly if on one, capped at partly unless dense
-# AdamW itself improved significantly on the policy before RL. **C8** — at 27B, the report's
-# numbers within `c8_tolerance`; on proxies only its direction: LoRA significantly below LoGRA.
-# The reported scales that did not run here get a `needs GPU scale` row with the command.
+# Rules (in `comparison_report.c7_claim` and `comparison_report.c8_claim`): **C7** — LoGRA at its
+# chosen lr is not significantly below dense AdamW at its own (paired test, Holm p < α = 0.01) on
+# greedy and on sampled pass@1: reproduced if on both, partly if on one, capped at partly unless
+# dense AdamW itself improved significantly on the policy before RL. **C8** — at 27B, the report's
+# numbers within `c8_tolerance`; on proxies only its direction: LoRA significantly below LoGRA. The
+# reported scales that did not run here get a `needs GPU scale` row with the command.
 
 # %%
-report.show_claims(comparison.claims(runs, problems, cfg), "comparison", figures_dir)
+report.show_claims(comparison_report.claims(runs, problems, cfg), "comparison", figures_dir)

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -35,7 +35,8 @@
 #   the rank-r reconstruction) can put error in the state, and the EMA then forgets it at the
 #   rate β₁ᵗ.
 #
-# All logic lives in `logra.experiments.long_horizon`; its docstring has the definitions.
+# All logic lives in `logra.experiments.long_horizon` (the runs; its docstring has the
+# definitions) and `long_horizon_report` (the table, figure and verdict).
 
 # %%
 # %matplotlib inline
@@ -44,7 +45,7 @@ import time
 from IPython.display import Markdown, display
 
 from logra import paths
-from logra.experiments import long_horizon, report
+from logra.experiments import long_horizon, long_horizon_report, report
 
 # %% tags=["parameters"]
 scale = "default"
@@ -69,7 +70,7 @@ print(f"{cfg['steps']:,} steps, {frame.step.nunique()} measurement steps, "
 # error put into the state at each refresh, and how fast the EMA forgets it.
 
 # %%
-fig = long_horizon.plot_drift(frame, cfg)
+fig = long_horizon_report.plot_drift(frame, cfg)
 display(fig)
 report.save_figure(fig, "long_horizon", figures_dir)
 
@@ -80,18 +81,18 @@ report.save_figure(fig, "long_horizon", figures_dir)
 # metrics, the others the cosine of each reconstruction's applied update with AdamW's.
 
 # %%
-table = long_horizon.drift_table(frame, cfg)
+table = long_horizon_report.drift_table(frame, cfg)
 report.save_table(table, "long_horizon", figures_dir)
 display(Markdown(report.to_markdown(table)))
 
 # %% [markdown]
 # ## Claim
 #
-# The verdict follows the rule in `long_horizon.c11_claim` (see its docstring): the claim is
+# The verdict follows the rule in `long_horizon_report.c11_claim` (see its docstring): the claim is
 # about *accumulated* error, so it turns on whether LoGRA's state drifted further from the
 # sketches of the true momentum between the safe window and beyond 10,000 steps.
 
 # %%
-claims = [long_horizon.c11_claim(frame, cfg)]
+claims = [long_horizon_report.c11_claim(frame, cfg)]
 report.save_claims(claims, "long_horizon", figures_dir)
 display(Markdown(report.to_markdown(report.claims_frame(claims))))

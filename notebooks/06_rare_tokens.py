@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -29,14 +29,15 @@
 #    "+"; then each optimizer, from the same weights and on the same batches, trains on data
 #    where the trigger is followed by "−". We count the steps until greedy decoding emits "−".
 #
-# All logic lives in `logra.experiments.rare_tokens`; its docstring has the definitions.
+# All logic lives in `logra.experiments.rare_tokens` (the measurements; its docstring has the
+# definitions) and `rare_tokens_report` (the tables, figures and verdict).
 
 # %%
 # %matplotlib inline
 import time
 
 from logra import paths
-from logra.experiments import rare_tokens, report
+from logra.experiments import rare_tokens, rare_tokens_report, report
 
 # %% tags=["parameters"]
 scale = "default"
@@ -57,8 +58,8 @@ print(f"{len(frame):,} measurements in {time.perf_counter() - start:.0f} s (scal
 # min–max over seeds. The table gives the mean over seeds for every rank and share.
 
 # %%
-report.show_plot(rare_tokens.FIGURES, "rare_tokens_survival", frame, cfg, figures_dir)
-report.show_table(rare_tokens.survival_table(frame), "rare_tokens_survival", figures_dir)
+report.show_plot(rare_tokens_report.FIGURES, "rare_tokens_survival", frame, cfg, figures_dir)
+report.show_table(rare_tokens_report.survival_table(frame), "rare_tokens_survival", figures_dir)
 
 # %% [markdown]
 # How to read it (the mechanisms, from the update rules):
@@ -81,16 +82,16 @@ report.show_table(rare_tokens.survival_table(frame), "rare_tokens_survival", fig
 # ## (b) Steps to fix a planted rare-token error
 
 # %%
-report.show_plot(rare_tokens.FIGURES, "rare_tokens_fix", frame, cfg, figures_dir)
-report.show_table(rare_tokens.fix_table(frame, cfg), "rare_tokens_fix", figures_dir)
+report.show_plot(rare_tokens_report.FIGURES, "rare_tokens_fix", frame, cfg, figures_dir)
+report.show_table(rare_tokens_report.fix_table(frame, cfg), "rare_tokens_fix", figures_dir)
 
 # %% [markdown]
 # ## Claim
 #
-# The verdict follows the rule in `rare_tokens.c10_claim` (see its docstring): the claim is
+# The verdict follows the rule in `rare_tokens_report.c10_claim` (see its docstring): the claim is
 # reproduced only if the default LoGRA (gain) both loses the rare signal in (a) and is slower to
 # fix the rare token in (b); either effect alone, or only with the Nyström reconstruction, is
 # "partly".
 
 # %%
-report.show_claims([rare_tokens.c10_claim(frame, cfg)], "rare_tokens", figures_dir)
+report.show_claims([rare_tokens_report.c10_claim(frame, cfg)], "rare_tokens", figures_dir)

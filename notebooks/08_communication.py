@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -29,7 +29,8 @@
 #    DDP and with the hook; DDP, the hook and FSDP2 against one process with the global batch;
 #    and what LoGRA does with a tensor-parallel (Colwise/Rowwise) model.
 #
-# All logic lives in `logra.experiments.communication`.
+# All logic lives in `logra.experiments.communication` (the counts and the measured run) and
+# `communication_report` (the tables, figure and verdict).
 
 # %%
 # %matplotlib inline
@@ -38,7 +39,7 @@ import time
 from IPython.display import Markdown, display
 
 from logra import paths
-from logra.experiments import communication, report
+from logra.experiments import communication, communication_report, report
 
 # %% tags=["parameters"]
 scale = "default"
@@ -60,10 +61,10 @@ print(f"{time.perf_counter() - start:.0f} s (scale={scale!r})")
 # than dense DDP.
 
 # %%
-fig = communication.plot_bytes(frame, cfg)
+fig = communication_report.plot_bytes(frame, cfg)
 display(fig)
 report.save_figure(fig, "communication", figures_dir)
-bytes_table = communication.bytes_table(frame)
+bytes_table = communication_report.bytes_table(frame)
 report.save_table(bytes_table, "communication", figures_dir)
 display(Markdown(report.to_markdown(bytes_table)))
 
@@ -71,18 +72,18 @@ display(Markdown(report.to_markdown(bytes_table)))
 # ## What the two-rank run checked
 
 # %%
-checks = communication.checks_table(frame, cfg)
+checks = communication_report.checks_table(frame, cfg)
 report.save_table(checks, "communication_checks", figures_dir)
-report.save_table(communication.measured_table(frame), "communication_measured", figures_dir)
+report.save_table(communication_report.measured_table(frame), "communication_measured", figures_dir)
 display(Markdown(report.to_markdown(checks)))
 
 # %% [markdown]
 # ## Claim
 #
-# The verdict follows the rule in `communication.c12_claim` (see its docstring): DDP, FSDP2,
+# The verdict follows the rule in `communication_report.c12_claim` (see its docstring): DDP, FSDP2,
 # tensor parallelism and a shrinking all-reduce must all hold for "reproduced".
 
 # %%
-claims = [communication.c12_claim(frame, cfg)]
+claims = [communication_report.c12_claim(frame, cfg)]
 report.save_claims(claims, "communication", figures_dir)
 display(Markdown(report.to_markdown(report.claims_frame(claims))))

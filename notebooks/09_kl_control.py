@@ -35,7 +35,8 @@
 #   penalty, fixed and adaptive, at the stress lr where each of them binds;
 # * **cost**: seconds per step with and without the control.
 #
-# All logic lives in `logra.experiments.kl_control`.
+# All logic lives in `logra.experiments.kl_control` (the runs) and `kl_control_report` (tables,
+# figures, claims).
 
 # %%
 # %matplotlib inline
@@ -44,6 +45,7 @@ import time
 from logra import paths
 from logra.experiments import grpo_runs, report
 from logra.experiments import kl_control as kc
+from logra.experiments import kl_control_report as kcr
 from logra.experiments.jobs import worker_count
 
 # %% tags=["parameters"]
@@ -79,9 +81,9 @@ if runs:
 
 # %%
 if "frontier" in cfg["studies"]:
-    report.show_figure(kc.plot_frontier(frame, problems, cfg), "kl_control_frontier",
+    report.show_figure(kcr.plot_frontier(frame, problems, cfg), "kl_control_frontier",
                        figures_dir)
-    report.show_table(kc.frontier_table(frame, problems, cfg), "kl_control_frontier",
+    report.show_table(kcr.frontier_table(frame, problems, cfg), "kl_control_frontier",
                       figures_dir)
 
 # %% [markdown]
@@ -92,7 +94,7 @@ if "frontier" in cfg["studies"]:
 
 # %%
 if "frontier" in cfg["studies"]:
-    report.show_table(kc.lr_matched_table(frame, problems, cfg), "kl_control_lr_matched",
+    report.show_table(kcr.lr_matched_table(frame, problems, cfg), "kl_control_lr_matched",
                       figures_dir)
 
 # %% [markdown]
@@ -100,8 +102,8 @@ if "frontier" in cfg["studies"]:
 
 # %%
 if "frontier" in cfg["studies"]:
-    report.show_figure(kc.plot_runs(frame, cfg), "kl_control_stress", figures_dir)
-    report.show_table(kc.stress_table(frame, problems, cfg), "kl_control_stress", figures_dir)
+    report.show_figure(kcr.plot_runs(frame, cfg), "kl_control_stress", figures_dir)
+    report.show_table(kcr.stress_table(frame, problems, cfg), "kl_control_stress", figures_dir)
 
 # %% [markdown]
 # ## 3 · A budget on the drift from the reference, against the soft controls
@@ -119,8 +121,8 @@ if "frontier" in cfg["studies"]:
 
 # %%
 if "budget" in cfg["studies"] and cfg["budget_runs"]:
-    report.show_figure(kc.plot_budget(frame, problems, cfg), "kl_control_budget", figures_dir)
-    report.show_table(kc.budget_table(frame, problems, cfg), "kl_control_budget", figures_dir)
+    report.show_figure(kcr.plot_budget(frame, problems, cfg), "kl_control_budget", figures_dir)
+    report.show_table(kcr.budget_table(frame, problems, cfg), "kl_control_budget", figures_dir)
 
 # %% [markdown]
 # ## 4 · What the control costs
@@ -136,7 +138,8 @@ if "cost" in cfg["studies"]:
 # %% [markdown]
 # ## Claims at proxy scale
 #
-# Rules (`kc.c5_stress_claim`, `kc.c6_stress_claim`; thresholds in experiments/kl_control.yaml):
+# Rules (`kl_control_report.c5_stress_claim` and `c6_stress_claim`; thresholds in
+# experiments/kl_control.yaml):
 # **C5** — a naive-projection seed runs away when its smoothed KL to the reference exceeds
 # `runaway_kl` within the claim's window, and counts only if uncontrolled dense AdamW has not run
 # away as early. **C6** — the control prevents a runaway when the uncontrolled run exceeds
@@ -146,4 +149,4 @@ if "cost" in cfg["studies"]:
 if "frontier" in cfg["studies"]:
     print({k: cfg[k] for k in ("smooth_steps", "final_steps", "runaway_kl", "c5_window",
                                "c6_factor")})
-    report.show_claims(kc.claims(frame, problems, cfg), "kl_control", figures_dir)
+    report.show_claims(kcr.claims(frame, problems, cfg), "kl_control", figures_dir)

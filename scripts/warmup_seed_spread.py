@@ -9,7 +9,7 @@ warm-up seed, the warm-up's stop step and test accuracy, the policy before RL, A
 LoGRA's held-out greedy and sampled pass@1, C7's two parts (LoGRA's paired difference to AdamW
 per measure and whether it is significantly below; whether dense AdamW improved significantly
 on the policy before RL) and its verdict by its own
-rule (`comparison.c7_claim`); then the mean and the range over warm-up seeds of every number.
+rule (`comparison_report.c7_claim`); then the mean and the range over warm-up seeds of every number.
 
     .venv/bin/python scripts/warmup_seed_spread.py --seeds 0 1 2 3   # ~2 h on two cores
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from logra.experiments import comparison, report
+from logra.experiments import comparison, comparison_report, report
 from logra.models.build import prepare_spec
 from logra.models.ladder import get_scale
 from logra.paths import results_root
@@ -46,15 +46,15 @@ def row(seed: int, scale: str = "proxy-1m", results_dir: Path = RESULTS_DIR) -> 
                             lr_grid={m: [chosen[(scale, m)]] for m in methods},
                             results_dir=str(results_dir))
     runs, problems = comparison.run(cfg)
-    return summarise(seed, warmup, comparison.c7_pairs(runs, problems, cfg),
-                     comparison.c7_claim(runs, problems, cfg).verdict)
+    return summarise(seed, warmup, comparison_report.c7_pairs(runs, problems, cfg),
+                     comparison_report.c7_claim(runs, problems, cfg).verdict)
 
 
 def summarise(seed: int, warmup: dict, pairs: pd.DataFrame, verdict: str) -> dict:
-    """One warm-up seed's row: its warm-up (`warmup.json`), C7's pairs (`comparison.c7_pairs`,
-    one model) and verdict, split into C7's two parts: LoGRA's difference to AdamW on each
-    measure with "matches" (k/n measures), and whether dense AdamW learned over the policy
-    before RL (without which "reproduced" is capped at "partly")."""
+    """One warm-up seed's row: its warm-up (`warmup.json`), C7's pairs
+    (`comparison_report.c7_pairs`, one model) and verdict, split into C7's two parts: LoGRA's
+    difference to AdamW on each measure with "matches" (k/n measures), and whether dense AdamW
+    learned over the policy before RL (without which "reproduced" is capped at "partly")."""
     values = {"warm-up seed": seed, "warm-up steps": warmup["warmup_steps"],
               "warm-up test gsm-synth, %": 100 * warmup["test_accuracy"]["gsm-synth"]}
     for pair in pairs.itertuples():

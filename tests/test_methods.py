@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
-from logra.experiments import comparison, grpo_runs, kl_control
+from logra.experiments import comparison, comparison_report, grpo_runs, kl_control
 from logra.methods import METHODS, Method, get_method, palette
 from logra.optimizers import REGISTRY
 
@@ -62,6 +62,6 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
         dict(model="smoke", method=m, lr=cfg["lr_grid"][m][0], seed=s, greedy=0.1 * s + 0.05,
              sampled=0.1 * s, greedy_before=0.05, sampled_before=0.0, steps=2)
         for m in ("adamw", "logra-r4") for s in (0, 1)])
-    figure = comparison.plot_accuracy(runs, cfg)
+    figure = comparison_report.plot_accuracy(runs, cfg)
     drawn = {to_hex(patch.get_facecolor()) for ax in figure.axes for patch in ax.patches}
     assert "#123456" in drawn and "#000000" in drawn

@@ -11,6 +11,7 @@ from torch import nn
 from logra import notebooks
 from logra.config import ConfigError
 from logra.experiments import communication as comm
+from logra.experiments import communication_report as commr
 from logra.experiments.report import VERDICTS
 
 
@@ -119,7 +120,7 @@ def _frame(ddp: float, fsdp: float, tp_refused: bool, ratio: float) -> pd.DataFr
     (1e-2, 1e-2, True, 1.0, "not reproduced"),
 ])
 def test_c12_rule(ddp: float, fsdp: float, tp_refused: bool, ratio: float, verdict: str) -> None:
-    row = comm.c12_claim(_frame(ddp, fsdp, tp_refused, ratio), comm.config("smoke"))
+    row = commr.c12_claim(_frame(ddp, fsdp, tp_refused, ratio), comm.config("smoke"))
     assert row.claim == "C12" and row.verdict == verdict
     assert row.verdict in VERDICTS
 

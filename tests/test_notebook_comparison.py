@@ -13,6 +13,7 @@ import pytest
 
 from logra import notebooks
 from logra.experiments import comparison as cmp
+from logra.experiments import comparison_report as cmp_report
 from logra.experiments import kl_trajectories as kt
 from logra.experiments.grpo_runs import Run
 from logra.experiments.report import VERDICTS
@@ -31,7 +32,7 @@ def executed(run_smoke_notebook, smoke_results):
 
 def test_notebook_sweeps_then_runs_the_seeds_at_the_chosen_lr(executed, assert_figure) -> None:
     out, results = executed
-    for name in cmp.FIGURES:
+    for name in cmp_report.FIGURES:
         for suffix in (".png", ".pdf"):
             assert_figure(out / f"{name}{suffix}")
     cfg = cmp.config("smoke")
@@ -207,7 +208,7 @@ def test_the_chosen_lr_is_the_best_sampled_and_bracketed_only_inside_the_grid() 
     assert chosen.loc["adamw", "lr"] == 1e-4 and chosen.loc["adamw", "bracketed"]
     assert chosen.loc["lora", "lr"] == 1e-3 and not chosen.loc["lora", "bracketed"]
     assert not chosen.loc["logra", "bracketed"] and chosen.loc["logra", "grid"] == 1
-    marks = cmp.sweep_table(runs, _cfg(spec)).set_index(["method", "lr"])["lr choice"]
+    marks = cmp_report.sweep_table(runs, _cfg(spec)).set_index(["method", "lr"])["lr choice"]
     assert marks[("dense AdamW", 1e-4)] == "chosen" and marks[("dense AdamW", 1e-3)] == ""
     assert marks[("LoRA", 1e-3)] == "chosen, at the grid's end"
     assert marks[("LoGRA gain + KL control", 3e-4)] == "not swept"
@@ -223,14 +224,14 @@ def test_a_committed_sweep_table_gives_the_lrs_and_replaces_the_sweep(tmp_path, 
             "logra": {3e-4: (0.35, 0.3)}}
     runs, _ = _made(spec)
     table = tmp_path / "sweep.csv"
-    cmp.sweep_table(runs, _cfg(spec)).to_csv(table, index=False)
+    cmp_report.sweep_table(runs, _cfg(spec)).to_csv(table, index=False)
     cfg = cmp.config("full", methods=list(spec), seeds=[0, 1], chosen_lrs=str(table))
     assert cmp.reads_chosen(cfg)
     chosen = cmp.choose(pd.DataFrame(), cfg).loc["proxy-1m"]
     assert chosen["lr"].to_dict() == {"adamw": 1e-4, "lora": 1e-3, "logra": 3e-4}
     assert chosen["grid"].to_dict() == {"adamw": 3, "lora": 2, "logra": 1}
     assert chosen["bracketed"].to_dict() == {"adamw": True, "lora": False, "logra": False}
-    pd.testing.assert_frame_equal(cmp.sweep_table(pd.DataFrame(), cfg), pd.read_csv(table))
+    pd.testing.assert_frame_equal(cmp_report.sweep_table(pd.DataFrame(), cfg), pd.read_csv(table))
     # only the chosen lrs at each method's seeds: what run() executes
     ran = []
 
@@ -274,7 +275,7 @@ def test_paired_tests_find_a_real_difference_and_not_a_null_one() -> None:
     spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.30, 0.20)},
             "logra": {3e-4: (0.45, 0.40)}}
     runs, problems = _made(spec)
-    table = cmp.paired_table(runs, problems, _cfg(spec)).set_index("method")
+    table = cmp_report.paired_table(runs, problems, _cfg(spec)).set_index("method")
     assert table.loc["adamw", "greedy_gain"] == pytest.approx(
         100 * (runs.loc[0, "greedy"] - runs.loc[0, "greedy_before"]))
     assert table.loc["adamw", "greedy_gain_p"] < 0.01  # 30 % -> 45 % on 400 problems
@@ -295,7 +296,7 @@ def test_c7_rule(logra, verdict) -> None:
     spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.35, 0.3)},
             "logra": {3e-4: logra}}
     runs, problems = _made(spec)
-    row = cmp.c7_claim(runs, problems, _cfg(spec))
+    row = cmp_report.c7_claim(runs, problems, _cfg(spec))
     assert row.claim == "C7" and row.verdict == verdict, row.reproduced
     assert "proxy analogue" in row.reproduced and "one seed" in row.reproduced
 
@@ -304,7 +305,7 @@ def test_c7_matching_a_dense_run_that_learned_nothing_is_only_partly() -> None:
     spec = {"adamw": {1e-4: (0.30, 0.20)}, "lora": {1e-3: (0.3, 0.2)},
             "logra": {3e-4: (0.30, 0.20)}}
     runs, problems = _made(spec)
-    row = cmp.c7_claim(runs, problems, _cfg(spec))
+    row = cmp_report.c7_claim(runs, problems, _cfg(spec))
     assert row.verdict == "partly" and "did not improve" in row.reproduced
 
 
@@ -312,7 +313,7 @@ def test_seeds_are_averaged_per_problem_before_the_test() -> None:
     spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: (0.45, 0.40)},
             "logra": {3e-4: (0.45, 0.40)}}
     runs, problems = _made(spec, seeds=(0, 1, 2))
-    table = cmp.paired_table(runs, problems, _cfg(spec, seeds=(0, 1, 2))).set_index("method")
+    table = cmp_report.paired_table(runs, problems, _cfg(spec, seeds=(0, 1, 2))).set_index("method")
     assert (table["seeds"] == 3).all()
     mean = problems[problems["method"] == "lora"].groupby("problem")["greedy"].mean().mean()
     assert table.loc["lora", "greedy"] == pytest.approx(100 * mean)
@@ -324,7 +325,7 @@ def test_seeds_are_averaged_per_problem_before_the_test() -> None:
 def test_c8_direction_rule_at_proxy_scale(lora, verdict) -> None:
     spec = {"adamw": {1e-4: (0.45, 0.40)}, "lora": {1e-3: lora}, "logra": {3e-4: (0.45, 0.40)}}
     runs, problems = _made(spec)
-    row = cmp.c8_claim(runs, problems, _cfg(spec))
+    row = cmp_report.c8_claim(runs, problems, _cfg(spec))
     assert row.verdict == verdict and "direction" in row.scale, row.reproduced
 
 
@@ -337,10 +338,10 @@ def test_c8_numbers_rule_at_27b() -> None:
     cfg = cmp.config("27b", methods=list(spec), seeds=[0],
                      lr_grid={m: sorted(lrs) for m, lrs in spec.items()})
     runs["greedy"] = runs["method"].map({"adamw": 0.80, "lora": 0.766, "logra": 0.842})
-    assert cmp.c8_claim(runs, problems, cfg).verdict == "reproduced"
+    assert cmp_report.c8_claim(runs, problems, cfg).verdict == "reproduced"
     runs.loc[runs["method"] == "logra", "math greedy"] = 0.40
-    assert cmp.c8_claim(runs, problems, cfg).verdict == "partly"
-    assert not [r for r in cmp.gpu_rows(cfg) if r.claim == "C8"]  # 27B ran: no GPU row
+    assert cmp_report.c8_claim(runs, problems, cfg).verdict == "partly"
+    assert not [r for r in cmp_report.gpu_rows(cfg) if r.claim == "C8"]  # 27B ran: no GPU row
 
 
 def test_accuracy_figure_has_bars_and_seed_dots_per_measure() -> None:
@@ -350,7 +351,7 @@ def test_accuracy_figure_has_bars_and_seed_dots_per_measure() -> None:
             "logra": {3e-4: (0.45, 0.40)}}
     runs, _ = _made(spec, seeds=(0, 1, 2))
     cfg = _cfg(spec, seeds=(0, 1, 2))
-    fig = cmp.plot_accuracy(runs, cfg)
+    fig = cmp_report.plot_accuracy(runs, cfg)
     assert len(fig.axes) == 2  # greedy, sampled
     for ax, measure in zip(fig.axes, cmp.MEASURES, strict=True):
         means = runs.groupby("method", sort=False)[measure].mean().reindex(cfg["methods"])
@@ -453,11 +454,11 @@ def test_greedy_only_runs_are_compared_on_greedy_alone() -> None:
     runs["sampled"] = runs["sampled_before"] = np.nan
     problems["sampled"] = np.nan
     cfg = _cfg(spec)
-    tests = cmp.paired_table(runs, problems, cfg)
+    tests = cmp_report.paired_table(runs, problems, cfg)
     assert "sampled_gain" not in tests.columns and tests["greedy_gain_p"].notna().all()
-    table = cmp.comparison_table(runs, problems, cfg)
+    table = cmp_report.comparison_table(runs, problems, cfg)
     assert "greedy pass@1, %" in table.columns and "sampled pass@1, %" not in table.columns
-    pairs = cmp.c7_pairs(runs, problems, cfg)
+    pairs = cmp_report.c7_pairs(runs, problems, cfg)
     assert list(pairs["measure"]) == ["greedy"]
-    assert cmp.c7_claim(runs, problems, cfg).verdict == "reproduced"
-    assert len(cmp.plot_accuracy(runs, cfg).axes) == 1
+    assert cmp_report.c7_claim(runs, problems, cfg).verdict == "reproduced"
+    assert len(cmp_report.plot_accuracy(runs, cfg).axes) == 1

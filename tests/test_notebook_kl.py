@@ -14,6 +14,7 @@ from torch import nn
 
 from logra.experiments import comparison, grpo_runs, jobs, kl_control
 from logra.experiments import kl_trajectories as kt
+from logra.experiments import kl_trajectories_report as ktr
 from logra.experiments.grpo_runs import Run
 from logra.experiments.jobs import run_jobs
 from logra.experiments.report import VERDICTS
@@ -33,7 +34,7 @@ def executed(run_smoke_notebook, smoke_results):
 def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> None:
     out, results = executed
     assert (out / f"{kt.NOTEBOOK}.ipynb").exists()
-    for name in kt.FIGURES:
+    for name in ktr.FIGURES:
         for suffix in (".png", ".pdf"):
             assert_figure(out / f"{name}{suffix}")
     cfg = kt.config("smoke")
@@ -177,7 +178,7 @@ def test_trajectory_figure_draws_each_method_and_the_band_of_its_seeds() -> None
     several seeds."""
     frame = _frame({"adamw": [ramp(0.05), ramp(0.04), ramp(0.03)],
                     "logra": [ramp(0.04)] * 3, "naive": [ramp(1.0)]})
-    kl, step_kl, gamma, reward = kt.plot_trajectories(frame, _cfg()).axes
+    kl, step_kl, gamma, reward = ktr.plot_trajectories(frame, _cfg()).axes
     for ax in (kl, reward):
         assert len(ax.lines) == 3 and len(ax.collections) == 2  # naive ran one seed
     assert len(step_kl.lines) == 4  # and the budget's line
@@ -196,7 +197,7 @@ def test_c5_rule(naive_ends, verdict) -> None:
     frame = _frame({"adamw": [ramp(0.05), ramp(0.04), ramp(0.03)],
                     "logra": [ramp(0.04)] * 3,
                     "naive": [ramp(end) for end in naive_ends]})
-    row = kt.c5_claim(frame, _cfg())
+    row = ktr.c5_claim(frame, _cfg())
     assert row.claim == "C5" and row.verdict == verdict, row.reproduced
 
 
@@ -204,7 +205,7 @@ def test_c5_counts_only_the_claims_window() -> None:
     late = [0.01] * 100 + [9.0] * 20  # explodes only after step 100
     frame = _frame({"adamw": [[0.05] * 120] * 3, "logra": [[0.05] * 120] * 3,
                     "naive": [late] * 3})
-    assert kt.c5_claim(frame, _cfg()).verdict == "not reproduced"
+    assert ktr.c5_claim(frame, _cfg()).verdict == "not reproduced"
 
 
 @pytest.mark.parametrize(("logra_end", "verdict"), [
@@ -215,21 +216,21 @@ def test_c5_counts_only_the_claims_window() -> None:
 def test_c6_rule(logra_end, verdict) -> None:
     frame = _frame({"adamw": [[0.05] * 20, [0.04] * 20, [0.03] * 20],
                     "logra": [[logra_end] * 20] * 3, "naive": [[1.0] * 20] * 3})
-    row = kt.c6_claim(frame, _cfg())
+    row = ktr.c6_claim(frame, _cfg())
     assert row.claim == "C6" and row.verdict == verdict, row.reproduced
     assert "1,100" in row.reproduced
 
 
 def test_c6_is_not_reproduced_when_dense_adamw_never_moved() -> None:
     frame = _frame({"adamw": [[0.0] * 5] * 2, "logra": [[0.0] * 5] * 2, "naive": [[0.0] * 5] * 2})
-    row = kt.c6_claim(frame, _cfg())
+    row = ktr.c6_claim(frame, _cfg())
     assert row.verdict == "not reproduced" and "did not move" in row.reproduced
 
 
 def test_summary_reads_the_numbers() -> None:
     frame = _frame({"adamw": [[0.04] * 20] * 2, "logra": [[0.01] * 20] * 2,
                     "naive": [[0.002] * 20] * 2})
-    text = kt.summary(frame, _cfg())
+    text = ktr.summary(frame, _cfg())
     assert "LoGRA gain + KL control 0.25×" in text and "naive random projection 0.05×" in text
     assert "γ < 1 on 0 of 40 steps" in text
 
@@ -237,13 +238,13 @@ def test_summary_reads_the_numbers() -> None:
 def test_rules_need_their_methods() -> None:
     frame = _frame({"adamw": [[0.1] * 5], "logra": [[0.1] * 5]})
     with pytest.raises(ValueError, match="naive"):
-        kt.c5_claim(frame, _cfg())
+        ktr.c5_claim(frame, _cfg())
 
 
 def test_long_horizon_row_only_where_the_runs_are_short() -> None:
-    row = kt.c6_long_horizon(kt.config("default"))
+    row = ktr.c6_long_horizon(kt.config("default"))
     assert row.verdict == "needs GPU scale" and "--scale 1.5b" in row.reproduced
-    assert kt.c6_long_horizon(kt.config("1.5b")) is None
+    assert ktr.c6_long_horizon(kt.config("1.5b")) is None
 
 
 # ---------------------------------------------------------------- calibration
@@ -252,18 +253,18 @@ def test_long_horizon_row_only_where_the_runs_are_short() -> None:
 def test_calibration_fit_recovers_a_known_factor() -> None:
     predicted = pd.Series(np.geomspace(1e-9, 1e-6, 30))
     noise = np.exp(np.random.default_rng(0).normal(0, 0.1, 30))
-    fit = kt._fit(predicted, 2.7e6 * predicted * noise)
+    fit = ktr._fit(predicted, 2.7e6 * predicted * noise)
     assert fit["ratio"] == pytest.approx(2.7e6, rel=0.1)
     assert fit["slope"] == pytest.approx(1.0, abs=0.05) and fit["spearman"] > 0.95
-    assert math.isnan(kt._fit(pd.Series([0.0, -1.0]), pd.Series([1.0, 1.0]))["ratio"])
+    assert math.isnan(ktr._fit(pd.Series([0.0, -1.0]), pd.Series([1.0, 1.0]))["ratio"])
 
 
 def test_calibration_spearman_ranks_ties_by_their_mean() -> None:
     """Ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4), both of mean 2.5: Σdd' = 4.5, Σd² = 4.5 and
     Σd'² = 5, so ρ = 4.5 / √(4.5·5) = √0.9; with a constant side ρ is undefined (nan)."""
-    fit = kt._fit(pd.Series([1e-6, 2e-6, 2e-6, 3e-6]), pd.Series([1e-6, 3e-6, 2e-6, 4e-6]))
+    fit = ktr._fit(pd.Series([1e-6, 2e-6, 2e-6, 3e-6]), pd.Series([1e-6, 3e-6, 2e-6, 4e-6]))
     assert fit["spearman"] == pytest.approx(math.sqrt(0.9), rel=1e-12)
-    flat = kt._fit(pd.Series([1e-6, 1e-6, 1e-6]), pd.Series([1e-6, 3e-6, 2e-6]))
+    flat = ktr._fit(pd.Series([1e-6, 1e-6, 1e-6]), pd.Series([1e-6, 3e-6, 2e-6]))
     assert math.isnan(flat["spearman"])
 
 
@@ -344,10 +345,10 @@ def test_replay_of_the_calibrated_estimator_matches_the_optimizer_rule() -> None
     diag = np.array([1.0, 1.0, 2.0, 1.0, 1.0])
     exact = np.array([10.0, 30.0, 40.0, 5.0, 7.0])
     measured = np.array([9.0, 20.0, 50.0, 4.0, 8.0])
-    every_two = kt.replay_calibrated(diag, exact, measured, probe_every=2, window=8)
+    every_two = ktr.replay_calibrated(diag, exact, measured, probe_every=2, window=8)
     # steps 0, 2, 4 probe; step 1 uses c = 10, step 3 the median of (10, 20) = √200 geometric
     np.testing.assert_allclose(every_two, [10.0, 10.0, 40.0, math.sqrt(200.0), 7.0])
-    first_only = kt.replay_calibrated(diag, exact, measured, probe_every=None, window=1,
+    first_only = ktr.replay_calibrated(diag, exact, measured, probe_every=None, window=1,
                                       feedback=True)
     # step 0 probes (ratio 10), then the window of 1 holds the last measured ratio
     np.testing.assert_allclose(first_only, [10.0, 9.0, 40.0, 25.0, 4.0])

@@ -13,6 +13,7 @@ import pytest
 from logra import notebooks
 from logra.experiments import comparison
 from logra.experiments import kl_control as kc
+from logra.experiments import kl_control_report as kcr
 from logra.experiments.grpo_runs import Run
 from logra.experiments.report import VERDICTS
 from logra.rl import config as grpo
@@ -111,11 +112,11 @@ def _cut(kls: list[float], values: list[float]) -> pd.DataFrame:
 
 def test_lr_matched_interpolates_in_log_kl_and_never_extrapolates() -> None:
     cut = _cut([0.001, 0.1], [0.40, 0.30])
-    assert kc.lr_matched(cut, 0.01, "greedy") == pytest.approx(0.35)  # halfway in log KL
-    assert kc.lr_matched(cut, 0.001, "greedy") == pytest.approx(0.40)
-    assert math.isnan(kc.lr_matched(cut, 0.2, "greedy"))
-    assert math.isnan(kc.lr_matched(cut, 0.0005, "greedy"))
-    assert math.isnan(kc.lr_matched(_cut([0.01], [0.4]), 0.01, "greedy"))  # one point: no line
+    assert kcr.lr_matched(cut, 0.01, "greedy") == pytest.approx(0.35)  # halfway in log KL
+    assert kcr.lr_matched(cut, 0.001, "greedy") == pytest.approx(0.40)
+    assert math.isnan(kcr.lr_matched(cut, 0.2, "greedy"))
+    assert math.isnan(kcr.lr_matched(cut, 0.0005, "greedy"))
+    assert math.isnan(kcr.lr_matched(_cut([0.01], [0.4]), 0.01, "greedy"))  # one point: no line
 
 
 def _runs(spec: dict[tuple[str, float, float | None], tuple[float, list[float]]],
@@ -149,7 +150,7 @@ def test_lr_matched_table_sets_the_control_against_the_lr_cut() -> None:
     frame, problems = _runs({("logra-nokl", 1e-4, None): (0.001, solved(160)),
                              ("logra-nokl", 1e-3, None): (0.1, solved(120)),
                              ("logra", 1e-3, 0.02): (0.01, solved(200))})
-    table = kc.lr_matched_table(frame, problems, _cfg())
+    table = kcr.lr_matched_table(frame, problems, _cfg())
     row = table.iloc[0]
     assert row["final KL"] == pytest.approx(0.01 * 19.5 / 20)  # mean of the last 2 steps
     assert row["pass@1 (%)"] == pytest.approx(50.0)
@@ -174,7 +175,7 @@ def test_budget_table_tests_each_setting_against_the_first_two_problem_by_proble
         table.loc[known, "study"] = "budget"
         table.loc[known, "lr"] = 1e-3
     frame = frame.assign(drift_kl=np.nan)
-    table = kc.budget_table(frame, problems, _cfg()).set_index("setting")
+    table = kcr.budget_table(frame, problems, _cfg()).set_index("setting")
     assert list(table.index) == ["no control", "drift budget", "fixed β"]
     assert table.loc["no control", "final KL to ref, mean"] == pytest.approx(0.1 * 19.5 / 20)
     assert math.isnan(table.loc["no control", "greedy: Δ vs no control (pts)"])
@@ -194,14 +195,14 @@ def test_c5_stress_rule() -> None:
     n = 10
     runaway, problems = _runs({("adamw", 1e-3, None): (0.05, [0.0] * n),
                                ("naive", 1e-3, None): (0.5, [0.0] * n)})
-    assert kc.c5_stress_claim(runaway, problems, _cfg()).verdict == "reproduced"
+    assert kcr.c5_stress_claim(runaway, problems, _cfg()).verdict == "reproduced"
     calm, problems = _runs({("adamw", 1e-3, None): (0.05, [0.0] * n),
                             ("naive", 1e-3, None): (0.02, [0.0] * n)})
-    assert kc.c5_stress_claim(calm, problems, _cfg()).verdict == "not reproduced"
+    assert kcr.c5_stress_claim(calm, problems, _cfg()).verdict == "not reproduced"
     # dense AdamW runs away as early: the learning rate's doing, not the compression's
     both, problems = _runs({("adamw", 1e-3, None): (0.9, [0.0] * n),
                             ("naive", 1e-3, None): (0.5, [0.0] * n)})
-    row = kc.c5_stress_claim(both, problems, _cfg())
+    row = kcr.c5_stress_claim(both, problems, _cfg())
     assert row.verdict == "not reproduced" and "dense AdamW from step" in row.reproduced
 
 
@@ -211,14 +212,14 @@ def test_c6_stress_rule() -> None:
                                  ("adamw-kl", 1e-3, 3e-4): (0.05, [1.0] * n),
                                  ("logra-nokl", 1e-3, None): (0.4, [0.0] * n),
                                  ("logra", 1e-3, 3e-4): (0.02, [0.0] * n)})
-    row = kc.c6_stress_claim(prevented, problems, _cfg())
+    row = kcr.c6_stress_claim(prevented, problems, _cfg())
     assert row.verdict == "reproduced" and row.verdict in VERDICTS, row.reproduced
     reduced, problems = _runs({("adamw", 1e-3, None): (0.9, [1.0] * n),
                                ("adamw-kl", 1e-3, 3e-4): (0.3, [0.0] * n)})
-    assert kc.c6_stress_claim(reduced, problems, _cfg()).verdict == "partly"
+    assert kcr.c6_stress_claim(reduced, problems, _cfg()).verdict == "partly"
     nothing, problems = _runs({("logra-nokl", 1e-3, None): (0.01, [0.0] * n),
                                ("logra", 1e-3, 3e-4): (0.005, [0.0] * n)})
-    row = kc.c6_stress_claim(nothing, problems, _cfg())
+    row = kcr.c6_stress_claim(nothing, problems, _cfg())
     assert row.verdict == "not reproduced" and "no runaway" in row.reproduced
 
 
@@ -230,7 +231,7 @@ def executed(run_smoke_notebook, smoke_results):
 def test_notebook_writes_its_figures_tables_and_claims(executed, assert_figure) -> None:
     out = executed
     assert notebooks.NOTEBOOKS[kc.NOTEBOOK] == kc.EXPERIMENT
-    for name in kc.FIGURES:
+    for name in kcr.FIGURES:
         for suffix in (".png", ".pdf"):
             assert_figure(out / f"{name}{suffix}")
     cfg = kc.config("smoke")

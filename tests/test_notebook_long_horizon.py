@@ -9,6 +9,7 @@ from torch import nn
 
 from logra.config import ConfigError
 from logra.experiments import long_horizon as lh
+from logra.experiments import long_horizon_report as lhr
 from logra.experiments.report import VERDICTS
 from logra.optim import LoGRA
 
@@ -205,7 +206,7 @@ FIXED, REFRESH = lh.run_name(None), lh.run_name(30)
      "not reproduced"),
 ])
 def test_c11_rule(cos: dict, drift: dict, verdict: str) -> None:
-    row = lh.c11_claim(_frame(cos, drift), lh.config("smoke"))
+    row = lhr.c11_claim(_frame(cos, drift), lh.config("smoke"))
     assert row.claim == "C11" and row.verdict == verdict
 
 
@@ -215,7 +216,7 @@ def test_c11_needs_every_window() -> None:
     cfg = lh.config("smoke")
     late = frame.step >= cfg["late_window"][0]
     with pytest.raises(ValueError, match="windows"):
-        lh.c11_claim(frame[~late], cfg)
+        lhr.c11_claim(frame[~late], cfg)
 
 
 def test_config_scales_and_errors() -> None:

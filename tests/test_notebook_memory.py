@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from logra.config import ConfigError
-from logra.experiments import memory
+from logra.experiments import memory, memory_report
 from logra.experiments.report import VERDICTS
 from logra.memory import oom_step
 
@@ -49,7 +49,7 @@ def test_claim_rows(executed) -> None:
     # without activations reproduces the claim, one that needs activations (a micro-batch and
     # sequence length the report never states) partly, none not
     search = pd.read_csv(executed / "memory_c2_search.csv")
-    with_activations = {scope for scope, (_, counts) in memory.SCOPES.items() if counts}
+    with_activations = {scope for scope, (_, counts) in memory_report.SCOPES.items() if counts}
     both = search[search.match_both]
     plain = both[~both.scope.isin(with_activations)]
     expected = "reproduced" if len(plain) else "partly" if len(both) else "not reproduced"
@@ -60,13 +60,13 @@ def test_c4_window_agrees_with_the_simulator() -> None:
     """The closed-form growth window of C4 against oom_step at rates inside and around it."""
     cfg = memory.config("smoke", rollout_sequences_per_gpu=29)  # a window exists here
     adam, logra = (memory.stats(cfg, cfg["oom_model"], v) for v in ("adamw", "logra"))
-    window = memory.c4_window(cfg)
+    window = memory_report.c4_window(cfg)
     assert window is not None
-    steps = max(cfg["max_steps"], memory.C4_LOGRA_AT_LEAST)
+    steps = max(cfg["max_steps"], memory_report.C4_LOGRA_AT_LEAST)
     rates = [0.1, 0.5, 1, 2, 4, 8, 16, 64, sum(window) / 2, window[0] * 0.99, window[1] * 1.01]
     for g in rates:
         a = memory.assumptions(cfg, response_growth_per_step=g, max_steps=steps)
-        holds = memory._c4_holds(oom_step(adam, a), oom_step(logra, a))
+        holds = memory_report._c4_holds(oom_step(adam, a), oom_step(logra, a))
         inside = window[0] <= g < window[1]
         assert holds == inside, (g, window)
 

@@ -10,6 +10,7 @@ import torch
 
 from logra.config import ConfigError
 from logra.experiments import rare_tokens as rt
+from logra.experiments import rare_tokens_report as rtr
 from logra.experiments.report import VERDICTS
 
 
@@ -23,7 +24,7 @@ def executed(run_smoke_notebook):
 
 def test_notebook_writes_every_figure_table_and_claim(executed, assert_figure) -> None:
     assert (executed / "06_rare_tokens.ipynb").exists()
-    for name in rt.FIGURES:
+    for name in rtr.FIGURES:
         for suffix in (".png", ".pdf"):
             assert_figure(executed / f"{name}{suffix}")
     for name in ("rare_tokens_survival", "rare_tokens_fix", "claims_rare_tokens"):
@@ -148,7 +149,7 @@ NAN = math.nan
       "naive_projection": [NAN, NAN]}, "not reproduced"),
 ])
 def test_c10_rule(survival: dict, steps: dict, verdict: str) -> None:
-    row = rt.c10_claim(_frame(survival, steps), rt.config("smoke"))
+    row = rtr.c10_claim(_frame(survival, steps), rt.config("smoke"))
     assert row.claim == "C10" and row.verdict == verdict
 
 
@@ -157,7 +158,7 @@ def test_c10_needs_the_reported_rank() -> None:
                    {"adamw": [10], "logra_gain": [10], "logra_nystrom": [10],
                     "naive_projection": [10]})
     with pytest.raises(ValueError, match="rank"):
-        rt.c10_claim(frame, rt.config("smoke", fix_rank=8))
+        rtr.c10_claim(frame, rt.config("smoke", fix_rank=8))
 
 
 def test_config_scales_and_errors() -> None:

@@ -12,7 +12,7 @@ def script(load_script):
 
 
 def _pairs(logra_greedy: float, adamw_learned: bool) -> pd.DataFrame:
-    """`comparison.c7_pairs`'s shape: one row per measure."""
+    """`comparison_report.c7_pairs`'s shape: one row per measure."""
     return pd.DataFrame([
         {"measure": "greedy", "base": 30.0, "adamw": 40.0, "logra": logra_greedy,
          "difference": logra_greedy - 40.0, "p": 0.001, "matches": logra_greedy >= 38.0,

@@ -1,0 +1,504 @@
+"""Notebook 09's tables, figures and claims (C5, C6 at proxy scale), from the runs
+`logra.experiments.kl_control` plans and trains: one row per run (`per_run`), the frontier
+against the lr cut (`frontier_table`, `lr_matched_table`), the stress test (`stress_table`,
+`c5_stress_claim`, `c6_stress_claim`) and the drift budget (`budget_table`). Paired tests are
+per problem (`comparison_report.paired`), Holm's correction over each table.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from logra.experiments.comparison_report import paired
+from logra.experiments.grpo_runs import Run
+from logra.experiments.kl_control import (
+    BASE,
+    FREE,
+    KEYS,
+    MEASURES,
+    Config,
+    family,
+    grpo_config,
+    measured,
+    plan,
+)
+from logra.experiments.plots import KL_FLOOR, line_with_band
+from logra.experiments.report import ClaimRow
+from logra.methods import METHODS
+from logra.stats import holm_cells
+
+DELTA_MARKERS = ("^", "s", "D", "v", "P", "X")  # one per δ, in the order of `points`
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def _runs(frame: pd.DataFrame, study: str) -> pd.DataFrame:
+    return frame[frame["study"] == study]
+
+
+def per_run(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.DataFrame:
+    """One row per run: final KL to the reference (mean of the last `final_steps` steps), peak
+    KL (rolling mean over `smooth_steps`), the first step above `runaway_kl`, share of clipped
+    steps, median γ and step KL, reward over the last `final_steps`, the final β, held-out
+    greedy and sampled pass@1 (0–1) after the last step and before RL, median s/step."""
+    rows = []
+    for key, r in frame.groupby(KEYS, dropna=False, sort=False):
+        r = r.sort_values("step")
+        train = r[r["step"] >= 1]
+        smooth = train["kl"].rolling(cfg["smooth_steps"], min_periods=1).mean()
+        above = train["step"][smooth.to_numpy() > cfg["runaway_kl"]]
+        keys = dict(zip(KEYS, key, strict=True))
+        evaluated = problems[_match(problems, keys)]
+        before = problems[(problems["method"] == BASE) & (problems["seed"] == keys["seed"])]
+        rows.append(dict(
+            keys,
+            final_kl=train["kl"].tail(cfg["final_steps"]).mean(),
+            peak_kl=float(smooth.max()),
+            first_runaway_step=int(above.iloc[0]) if len(above) else math.nan,
+            clipped=100 * train["clipped"].astype(float).mean(),
+            median_gamma=train["gamma"].median(),
+            median_step_kl=train["step_kl"].median(),
+            reward=train["reward"].tail(cfg["final_steps"]).mean(),
+            final_beta=float(train["beta"].iloc[-1]),
+            **{m: evaluated[m].mean() for m in MEASURES},
+            **{f"{m}_before": before[m].mean() for m in MEASURES},
+            seconds=train["seconds"].median(),
+        ))
+    return pd.DataFrame(rows)
+
+
+def _match(problems: pd.DataFrame, keys: dict[str, Any]) -> pd.Series:
+    """The rows of `problems` of the run `keys` (NaN δ matches NaN)."""
+    match = pd.Series(True, index=problems.index)
+    for k, v in keys.items():
+        column = problems[k]
+        match &= column.isna() if isinstance(v, float) and math.isnan(v) else column == v
+    return match
+
+
+def _delta_text(delta: float) -> str:
+    return "off" if math.isnan(delta) else f"{delta:g}"
+
+
+def _point_groups(runs: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
+    return runs.groupby(["method", "lr", "delta"], dropna=False, sort=False)
+
+
+def frontier_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                   ) -> pd.DataFrame:
+    """One row per point (method, lr, δ): seeds, steps the control cut, median step KL, final
+    and peak KL to the reference, held-out pass@1 (%, seed mean) and its gain over the policy
+    before RL (points), reward of the last steps, s/step."""
+    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+    rows = []
+    for (method, lr, delta), r in _point_groups(runs):
+        rows.append({
+            "method": METHODS[method].short, "lr": lr, "δ": _delta_text(delta),
+            "seeds": len(r), "steps clipped (%)": r["clipped"].mean(),
+            "median step KL": r["median_step_kl"].median(),
+            "final KL to ref": r["final_kl"].mean(), "peak KL": r["peak_kl"].max(),
+            **{f"{m} pass@1 (%)": 100 * r[m].mean() for m in measured(problems)},
+            **{f"{m} gain (pts)": 100 * (r[m] - r[f"{m}_before"]).mean()
+               for m in measured(problems)},
+            "reward (last steps)": r["reward"].mean(), "s/step": r["seconds"].median()})
+    return pd.DataFrame(rows)
+
+
+def lr_cut(runs: pd.DataFrame, method: str) -> pd.DataFrame:
+    """The lr cut of `method`'s family: its family's uncontrolled points (seed means of
+    `per_run` rows), ordered by final KL."""
+    free = runs[(runs["method"] == family(method)) & runs["delta"].isna()]
+    return (free.groupby("lr")[["final_kl", *MEASURES]].mean().sort_values("final_kl")
+            .reset_index())
+
+
+def lr_matched(cut: pd.DataFrame, kl: float, measure: str) -> float:
+    """The lr cut's `measure` at final KL `kl`: linear in log KL between the two lr-cut points
+    around it; NaN outside the cut's range (no extrapolation)."""
+    kls = np.log(cut["final_kl"].clip(lower=KL_FLOOR).to_numpy())
+    x = math.log(max(kl, KL_FLOOR))
+    if len(kls) < 2 or not kls[0] <= x <= kls[-1]:
+        return math.nan
+    return float(np.interp(x, kls, cut[measure].to_numpy()))
+
+
+def _per_problem(problems: pd.DataFrame, method: str, lr: float, delta: float) -> pd.DataFrame:
+    rows = problems[(problems["method"] == method) & (problems["lr"] == lr)
+                    & (problems["delta"].isna() if math.isnan(delta)
+                       else problems["delta"] == delta)]
+    return _by_problem(rows)
+
+
+def _by_problem(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per problem of `rows`: the mean over seeds and the count of each measure."""
+    return rows.groupby("problem")[list(MEASURES)].agg(["mean", "count"])
+
+
+def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                     ) -> pd.DataFrame:
+    """Per controlled point and measure: its final KL and held-out pass@1 (%); the lr cut's
+    pass@1 at the same KL (`lr_matched`, "NaN" outside the cut's range) and the difference;
+    paired per-problem tests (`comparison_report.paired`, per-problem means over seeds) against the
+    lr-cut run nearest in final KL (log distance) and against the uncontrolled run at the same
+    lr, with Holm's correction over every test of the table."""
+    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+    rows, tests = [], []
+    for (method, lr, delta), r in _point_groups(runs):
+        if math.isnan(delta):
+            continue
+        cut = lr_cut(runs, method)
+        if cut.empty:
+            continue
+        kl = r["final_kl"].mean()
+        nearest = cut.iloc[int(np.argmin(np.abs(np.log(cut["final_kl"].clip(lower=KL_FLOOR))
+                                                - math.log(max(kl, KL_FLOOR)))))]
+        mine = _per_problem(problems, method, lr, delta)
+        free = family(method)
+        for measure in measured(problems):
+            row = {"method": METHODS[method].short, "lr": lr, "δ": delta, "measure": measure,
+                   "steps clipped (%)": r["clipped"].mean(), "final KL": kl,
+                   "pass@1 (%)": 100 * r[measure].mean()}
+            matched = lr_matched(cut, kl, measure)
+            row.update({"lr cut at this KL (%)": 100 * matched,
+                        "control − lr cut (pts)": 100 * (r[measure].mean() - matched),
+                        "nearest lr cut: lr": nearest["lr"],
+                        "nearest lr cut: final KL": nearest["final_kl"]})
+            versus = paired(_per_problem(problems, free, nearest["lr"], math.nan), mine, measure)
+            row.update({"Δ vs nearest (pts)": 100 * versus.difference,
+                        "Δ vs nearest, se": 100 * versus.stderr,
+                        "Δ vs nearest, p (Holm)": math.nan,
+                        "Δ vs no control at this lr (pts)": math.nan,
+                        "Δ vs no control, p (Holm)": math.nan})
+            tests.append((len(rows), "Δ vs nearest, p (Holm)", versus.p))
+            same = _per_problem(problems, free, lr, math.nan)
+            if not same.empty:
+                versus = paired(same, mine, measure)
+                row["Δ vs no control at this lr (pts)"] = 100 * versus.difference
+                tests.append((len(rows), "Δ vs no control, p (Holm)", versus.p))
+            rows.append(row)
+    return holm_cells(pd.DataFrame(rows), tests)
+
+
+def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                 ) -> pd.DataFrame:
+    """Per setting of the budget study: the KL to the reference at the end and at its highest,
+    on the batches (noisy: each is B fresh completions) and on the drift probe (the same
+    held-out completions' seeds every `budget_probe_every` steps: the budget holds when the
+    highest probe stays under it), steps cut, the final β, reward, held-out pass@1, and paired
+    per-problem differences (seeds averaged per problem): every setting against the first (the
+    reference, "no control"), and each setting after the second against the second (the drift
+    budget, against the soft controls that follow it), with Holm's correction over the table."""
+    runs = _runs(frame, "budget")
+    summary = per_run(runs, problems, cfg)
+    settings = list(summary["setting"].drop_duplicates())
+    evaluated = problems[problems["study"] == "budget"]
+    per_problem = {s: _by_problem(evaluated[evaluated["setting"] == s]) for s in settings}
+    references = settings[:2]  # each setting after a reference is compared with it
+    rows, tests = [], []
+    for setting, r in summary.groupby("setting", sort=False):
+        mine = runs[runs["setting"] == setting]
+        probes = mine.dropna(subset=["drift_kl"]).sort_values("step").groupby("seed")["drift_kl"]
+        rows.append({
+            "setting": setting, "seeds": len(r),
+            "final KL to ref, mean": r["final_kl"].mean(),
+            "final KL, seed min": r["final_kl"].min(), "final KL, seed max": r["final_kl"].max(),
+            "highest KL of any batch": mine.groupby("seed")["kl"].max().max(),
+            f"highest {cfg['smooth_steps']}-step mean KL": r["peak_kl"].max(),
+            "final probed KL, mean": probes.last().mean(),
+            "highest probed KL": probes.max().max(),
+            "steps cut (%)": r["clipped"].mean(), "final β": r["final_beta"].mean(),
+            "reward (last steps)": r["reward"].mean(),
+            **{f"{m} pass@1 (%)": 100 * r[m].mean() for m in measured(problems)},
+            "greedy gain (pts)": 100 * (r["greedy"] - r["greedy_before"]).mean(),
+        })
+        for reference in references:
+            for measure in measured(problems):
+                column = f"{measure}: Δ vs {reference} (pts)"
+                p_column = f"{measure} vs {reference}: p (Holm)"
+                rows[-1][column] = rows[-1][p_column] = math.nan
+                if settings.index(setting) > settings.index(reference):
+                    versus = paired(per_problem[reference], per_problem[setting], measure)
+                    rows[-1][column] = 100 * versus.difference
+                    tests.append((len(rows) - 1, p_column, versus.p))
+    return holm_cells(pd.DataFrame(rows), tests)
+
+
+def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                 ) -> pd.DataFrame:
+    """The points at `stress_lr`: as `frontier_table`, plus the first step whose smoothed KL
+    to the reference exceeds `runaway_kl` (per seed)."""
+    stress = _stress_runs(frame, cfg)
+    table = frontier_table(stress, problems, cfg)
+    runs = per_run(stress, problems, cfg)
+    first = _point_groups(runs)["first_runaway_step"]
+    table.insert(len(table.columns) - 1, f"first step with KL > {cfg['runaway_kl']:g}",
+                 [_steps_text(s) for _, s in first])
+    return table
+
+
+def _stress_runs(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
+    runs = _runs(frame, "frontier")
+    return runs[runs["lr"] == cfg["stress_lr"]]
+
+
+def _steps_text(steps: pd.Series) -> str:
+    values = [str(int(s)) if math.isfinite(s) else "never" for s in steps]
+    return " / ".join(values)
+
+
+# ---------------------------------------------------------------- claims
+
+
+def _scale_text(frame: pd.DataFrame, cfg: Config) -> str:
+    example = grpo_config(cfg, plan(cfg)[0])
+    return (f"{cfg['scale']}: {example.model}, lr {cfg['stress_lr']:g}, {cfg['steps']} GRPO "
+            f"steps ({example.prompts_per_step} × {example.group_size}), "
+            f"{_stress_runs(frame, cfg)['seed'].nunique()} seed(s)")
+
+
+def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                    ) -> ClaimRow:
+    """C5 at the stress learning rate. The naive projection *runs away* when its smoothed KL to
+    the reference exceeds `runaway_kl` nats/token within `c5_window` steps. Every seed: reproduced
+    — unless uncontrolled dense AdamW runs away as early, in which case the explosion is the
+    learning rate's, not the compression's: not reproduced; some seeds: partly; none: not
+    reproduced."""
+    runs = per_run(_stress_runs(frame, cfg), problems, cfg)
+    naive = runs[runs["method"] == "naive"]
+    dense = runs[runs["method"] == "adamw"]
+    if naive.empty or dense.empty:
+        raise ValueError("C5 (stress) needs the naive and dense AdamW runs at stress_lr")
+    window = cfg["c5_window"][1]
+    ran = naive["first_runaway_step"] <= window
+    dense_first = dense["first_runaway_step"].min()
+    text = (f"lr {cfg['stress_lr']:g}: peak KL to the reference ({cfg['smooth_steps']}-step "
+            f"mean) naive projection {_span(naive['peak_kl'])}, dense AdamW "
+            f"{_span(dense['peak_kl'])} nats/token; above {cfg['runaway_kl']:g} within "
+            f"{window} steps: naive {int(ran.sum())}/{len(naive)} seeds, dense AdamW from step "
+            f"{_steps_text(dense['first_runaway_step'])}; greedy pass@1 after "
+            f"{cfg['steps']} steps: naive {_pct(naive['greedy'])}, dense AdamW "
+            f"{_pct(dense['greedy'])} (start {_pct(dense['greedy_before'])})")
+    if ran.all() and not dense_first <= naive["first_runaway_step"].max():
+        verdict = "reproduced"
+    elif ran.any() and not dense_first <= naive["first_runaway_step"].min():
+        verdict = "partly"
+    else:
+        verdict = "not reproduced"
+    return ClaimRow("C5", "naive random projection makes KL(π_θ ‖ π_ref) explode within 50–100 "
+                    "steps (proxy stress test)", text, _scale_text(frame, cfg), verdict)
+
+
+def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                    ) -> ClaimRow:
+    """C6 at the stress learning rate: does the control prevent a runaway? For each controlled
+    method with its uncontrolled twin (`FREE`) at `stress_lr`: reproduced when the uncontrolled
+    run's smoothed KL exceeds `runaway_kl` and the controlled one's never does, with held-out
+    greedy pass@1 no lower (seed mean); partly when the control at least divides the peak KL by
+    `c6_factor`; not reproduced otherwise, or when no uncontrolled run runs away (nothing to
+    prevent)."""
+    runs = per_run(_stress_runs(frame, cfg), problems, cfg)
+    parts, outcomes = [], []
+    for method, free_method in FREE.items():
+        free = runs[runs["method"] == free_method]
+        for delta, held in runs[runs["method"] == method].groupby("delta", sort=True):
+            if free.empty:
+                continue
+            ran_away = bool((free["peak_kl"] > cfg["runaway_kl"]).any())
+            contained = bool((held["peak_kl"] <= cfg["runaway_kl"]).all())
+            better = held["greedy"].mean() >= free["greedy"].mean()
+            shrink = free["peak_kl"].max() / max(held["peak_kl"].max(), KL_FLOOR)
+            outcomes.append("prevented" if ran_away and contained and better else
+                            "reduced" if ran_away and shrink >= cfg["c6_factor"] else
+                            "no runaway" if not ran_away else "not prevented")
+            parts.append(f"{METHODS[method].short}: peak KL {_span(free['peak_kl'])} without "
+                         f"control, {_span(held['peak_kl'])} with δ = {delta:g} (clipped "
+                         f"{held['clipped'].mean():.0f} % of steps); greedy pass@1 "
+                         f"{_pct(free['greedy'])} → {_pct(held['greedy'])}")
+    if not outcomes:
+        raise ValueError("C6 (stress) needs an uncontrolled and a controlled run of one method "
+                         "at stress_lr")
+    verdict = ("reproduced" if all(o == "prevented" for o in outcomes) else
+               "partly" if any(o in ("prevented", "reduced") for o in outcomes) else
+               "not reproduced")
+    text = "; ".join(parts) + f" (runaway: KL > {cfg['runaway_kl']:g}; outcome {outcomes})"
+    return ClaimRow("C6", "predicted-KL step control prevents the KL collapse (proxy stress test)",
+                    text, _scale_text(frame, cfg), verdict)
+
+
+def claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> list[ClaimRow]:
+    return [c5_stress_claim(frame, problems, cfg), c6_stress_claim(frame, problems, cfg)]
+
+
+def _span(values: pd.Series) -> str:
+    return f"{values.min():.3g}–{values.max():.3g}" if len(values) > 1 else f"{values.iloc[0]:.3g}"
+
+
+def _pct(values: pd.Series) -> str:
+    return (f"{100 * values.mean():.1f} %" if len(values) == 1 else
+            f"{100 * values.mean():.1f} % ({100 * values.min():.1f}–{100 * values.max():.1f})")
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _errorbar(ax: plt.Axes, r: pd.DataFrame, measure: str, **style: Any) -> None:
+    """One point at the seed means of final KL and `measure` (%), bars over the seed range."""
+    kl = r["final_kl"].clip(lower=KL_FLOOR)
+    y = 100 * r[measure]
+    ax.errorbar([kl.mean()], [y.mean()], xerr=_extent(kl), yerr=_extent(y), capsize=3, **style)
+
+
+def _extent(values: pd.Series) -> list[list[float]]:
+    """The seeds' range around their mean, as errorbar wants it; equal seeds give 0, not the
+    −1e-17 of a mean's round-off, which matplotlib refuses."""
+    mean = values.mean()
+    return [[max(mean - values.min(), 0.0)], [max(values.max() - mean, 0.0)]]
+
+
+def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                  ) -> plt.Figure:
+    """Held-out pass@1 against final KL to the reference, one panel per measure: each family's
+    lr cut (its uncontrolled runs, circles joined in lr order), each controlled point (a marker
+    per δ) with a thin arrow from the uncontrolled run at its lr; seed means, bars over seeds."""
+    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+    measures = measured(problems)
+    deltas = sorted(runs["delta"].dropna().unique(), reverse=True)
+    fig, axes = plt.subplots(1, len(measures), figsize=(6.4 * len(measures), 5.0), squeeze=False)
+    for ax, measure in zip(axes[0], measures, strict=True):
+        free = runs[runs["delta"].isna()]
+        for method, r in free.groupby("method", sort=False):
+            spec = METHODS[method]
+            means = r.groupby("lr")[["final_kl", measure]].mean().sort_index()
+            lrs = f"lr {means.index.min():g}–{means.index.max():g}" if len(means) > 1 else \
+                f"lr {means.index[0]:g}"
+            ax.plot(means["final_kl"].clip(lower=KL_FLOOR), 100 * means[measure],
+                    color=spec.color, ls=spec.style, lw=1.2, label=f"{spec.label} ({lrs})")
+            for _, point in r.groupby("lr"):
+                _errorbar(ax, point, measure, color=spec.color, marker="o", ms=5, lw=1)
+        for (method, lr, delta), r in _point_groups(runs[runs["delta"].notna()]):
+            spec = METHODS[method]
+            marker = DELTA_MARKERS[deltas.index(delta) % len(DELTA_MARKERS)]
+            _errorbar(ax, r, measure, color=spec.color, marker=marker, ms=7, lw=1, mec="black",
+                      mew=0.5)
+            twin = free[(free["method"] == family(method)) & (free["lr"] == lr)]
+            if not twin.empty:
+                ax.annotate("", xy=(max(r["final_kl"].mean(), KL_FLOOR), 100 * r[measure].mean()),
+                            xytext=(max(twin["final_kl"].mean(), KL_FLOOR),
+                                    100 * twin[measure].mean()),
+                            arrowprops=dict(arrowstyle="->", color=spec.color, lw=0.8,
+                                            alpha=0.7))
+        for method in runs.loc[runs["delta"].notna(), "method"].unique():
+            for delta in sorted(runs.loc[runs["method"] == method, "delta"].dropna().unique(),
+                                reverse=True):
+                lrs = runs.loc[(runs["method"] == method) & (runs["delta"] == delta), "lr"]
+                ax.plot([], [], ls="", color=METHODS[method].color, mec="black", mew=0.5,
+                        marker=DELTA_MARKERS[deltas.index(delta) % len(DELTA_MARKERS)], ms=7,
+                        label=f"{METHODS[method].short} + control, δ {delta:g} (lr "
+                              f"{', '.join(f'{lr:g}' for lr in sorted(lrs.unique()))})")
+        start = 100 * runs[f"{measure}_before"].mean()
+        ax.axhline(start, color="grey", ls=":", lw=1, label=f"before RL ({start:.1f} %)")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short axis
+        ax.set_xlabel(f"final KL(π_θ ‖ π_ref), nats/token (mean of the last "
+                      f"{cfg['final_steps']} steps)")
+        ax.set_ylabel(f"held-out {measure} pass@1 (%)")
+        ax.set_title(f"{measure} pass@1 against the drift from the reference\n(arrows: from the "
+                     "same lr without control to with it)", fontsize=10)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(labels) / 2)))
+    fig.tight_layout()
+    return fig
+
+
+def plot_runs(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
+    """The runs at `stress_lr`: KL to the reference per step (log) and the control's γ, one
+    line per (method, δ): the seed mean, with the seed range as a band."""
+    runs = _stress_runs(frame, cfg)
+    runs = runs[runs["step"] >= 2]  # step 1 samples from π_ref: KL 0
+    fig, (ax_kl, ax_gamma) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for (method, delta), r in runs.groupby(["method", "delta"], dropna=False, sort=False):
+        spec = METHODS[method]
+        label = Run(method=method, seed=0, delta=None if math.isnan(delta) else delta).label
+        r = r.assign(kl=r["kl"].clip(lower=KL_FLOOR))
+        for ax, column in ((ax_kl, "kl"), (ax_gamma, "gamma")):
+            if column == "gamma" and math.isnan(delta):
+                continue
+            line_with_band(ax, r, "step", column, band=r["seed"].nunique() > 1,
+                           color=spec.color, ls=spec.style, lw=1.4,
+                           label=label if column == "kl" else None)
+    ax_kl.set_yscale("log")
+    ax_kl.axhline(cfg["runaway_kl"], color="grey", ls=":", lw=1)
+    ax_kl.set_ylabel("KL(π_θ ‖ π_ref) (nats/token)")
+    ax_gamma.set_ylabel("step scale γ")
+    ax_gamma.set_ylim(0, 1.05)
+    ax_kl.set_title(f"KL to the reference at lr {cfg['stress_lr']:g} (dotted: "
+                    f"{cfg['runaway_kl']:g})", fontsize=10)
+    ax_gamma.set_title("γ = min(1, √(δ / KL̂)) of the controlled runs", fontsize=10)
+    for ax in (ax_kl, ax_gamma):
+        ax.set_xlabel("GRPO step")
+        ax.grid(alpha=0.3)
+    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.1))
+    fig.tight_layout()
+    return fig
+
+
+def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                ) -> plt.Figure:
+    """Budget study: KL to the reference per step for each setting (the batches' KL: seed mean,
+    band over the seeds; dots: the highest drift probe over the seeds; dotted: the drift
+    budgets), and greedy pass@1 against final KL."""
+    runs = _runs(frame, "budget")
+    summary = per_run(runs, problems, cfg)
+    runs = runs[runs["step"] >= 2]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, (ax_kl, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for i, (setting, r) in enumerate(runs.groupby("setting", sort=False)):
+        color = colors[i % len(colors)]
+        line_with_band(ax_kl, r.assign(kl=r["kl"].clip(lower=KL_FLOOR)), "step", "kl",
+                       color=color, lw=1.4, label=setting)
+        probes = r.pivot_table(index="step", columns="seed", values="drift_kl")
+        if not probes.empty:
+            ax_kl.plot(probes.index, probes.max(axis=1).clip(lower=KL_FLOOR), color=color, lw=0,
+                       marker="o", ms=3.5, mec="black", mew=0.4)
+        _errorbar(ax_acc, summary[summary["setting"] == setting], "greedy", color=color,
+                  marker="o", label=setting)
+    for keys in cfg["budget_runs"].values():
+        if keys and keys.get("kl_drift_budget"):
+            ax_kl.axhline(keys["kl_drift_budget"], color="grey", ls=":", lw=1)
+    start = 100 * summary["greedy_before"].mean()
+    ax_acc.axhline(start, color="grey", ls=":", lw=1, label=f"before RL ({start:.1f} %)")
+    ax_kl.set_yscale("log")
+    ax_kl.set_ylim(bottom=max(KL_FLOOR, 0.01 * float(runs["kl"].median())))
+    ax_kl.set_xlabel("GRPO step")
+    ax_kl.set_ylabel("KL(π_θ ‖ π_ref) (nats/token)")
+    ax_kl.set_title("drift from the reference (lines: batches; dots: highest probe over seeds;"
+                    "\ndotted: the budget)", fontsize=10)
+    ax_acc.set_xscale("log")
+    ax_acc.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 0.02, 0.05, 0.1, 0.2: a short
+    ax_acc.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))  # axis, readable
+    ax_acc.xaxis.set_minor_formatter(NullFormatter())  # (minor labels overlap)
+    ax_acc.set_xlabel(f"final KL to the reference (mean of the last {cfg['final_steps']} steps)")
+    ax_acc.set_ylabel(f"greedy pass@1 on {cfg['eval_prompts']:,} held-out problems (%)")
+    ax_acc.set_title("accuracy at the KL each control ends at (bars: seed range)", fontsize=10)
+    for ax in (ax_kl, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {
+    "kl_control_frontier": plot_frontier,
+    "kl_control_stress": lambda frame, problems, cfg: plot_runs(frame, cfg),
+    "kl_control_budget": plot_budget,
+}
+
