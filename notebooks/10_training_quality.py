@@ -123,8 +123,10 @@ for cfg, frame in results.values():
 # ## 3 · The learning-rate sweeps and the ranks
 #
 # Every rate tried (sweep seed; the chosen one marked; where the rates were read, the sweep
-# they were read from), the rank-sized optimizers at each rank at their chosen rate, and their
-# loss interpolated at the headline LoGRA's state bytes.
+# they were read from), the rank-sized optimizers at each rank at their chosen rate (sweep
+# seed), and their loss interpolated at the headline LoGRA's state bytes, seed by seed over
+# `rank_seeds`: each paired by seed against LoGRA's best at those bytes (chosen on validation
+# loss), Holm over the table.
 
 # %%
 for cfg, frame in results.values():

@@ -182,3 +182,28 @@ def test_notebook_09_budget_numbers_are_the_committed_table() -> None:
     ]
     missing = [q for q in quoted if q not in text]
     assert not missing, missing
+
+
+def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
+    """The README's equal-bytes bullet quotes figures/training_quality*_equal_bytes.csv: every
+    optimizer's mean loss at the bytes, and every paired difference with its interval."""
+    text = _section("Running things")
+    text = text[text.index("* **It does not lead at equal memory.**"):]
+    text = " ".join(text[:text.index("\n* ")].split())
+    numbers = [float(x.replace("−", "-")) for x in re.findall(r"[−+]?\d+\.\d+", text)]
+    pairs = [(float(a.replace("−", "-")), float(b))
+             for a, b in re.findall(r"([−+]?\d+\.\d+) ± (\d+\.\d+)", text)]
+
+    def quoted(value: float) -> bool:  # 3 decimals of a table rounded to 4
+        return any(abs(value - n) <= 0.00055 for n in numbers)
+
+    for suffix in ("", "_sft"):
+        table = pd.read_csv(FIGURES / f"training_quality{suffix}_equal_bytes.csv")
+        loss = next(c for c in table.columns if c.startswith("test loss at"))
+        delta = next(c for c in table.columns if c.startswith("Δ vs"))
+        for row in table.to_dict("records"):
+            assert quoted(row[loss]), (suffix, row["optimizer"], row[loss])
+            if isinstance(row[delta], str) and row[delta].strip():
+                mean, half = (float(x) for x in row[delta].split(" ± "))
+                assert any(abs(mean - a) <= 0.00055 and abs(half - b) <= 0.00055
+                           for a, b in pairs), (suffix, row["optimizer"], row[delta])
