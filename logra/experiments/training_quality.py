@@ -85,8 +85,9 @@ class Run:
     lr: float
     seed: int
     rank: int
-    study: str  # "sweep", "seeds" or "ranks" (the rank study: its rates at the sweep seed, then
-    # the chosen one at the other `rank_seeds`)
+    # "sweep", "seeds" or "ranks" (the rank study: its rates at the sweep seed, then the chosen
+    # one at the other `rank_seeds`)
+    study: str
 
 
 @typed
