@@ -176,8 +176,9 @@ class TypedConfig(Mapping[str, Any]):
     `typed`); construction validates once (`from_mapping`, `load`),
     `replace` makes a checked copy. The values live in the YAML alone: no field has a default.
 
-    A config reads as a read-only mapping of its fields too (`cfg["seeds"]`, `{**cfg}`,
-    `cfg == {...}`), so tables, hashes and JSON take it as the dict it replaces.
+    Code reads its fields (`cfg.seeds`). A config reads as a read-only mapping of its fields
+    too (`cfg[key]`, `{**cfg}`, `cfg == {...}`), so tables, hashes and JSON take it as the
+    dict it replaces.
     """
 
     EXPERIMENT: ClassVar[str]  # the packaged config file's name

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -72,7 +72,7 @@ print(f"LoGRA's default pseudo-inverse cutoff: rtol = {sketch_error_measures.def
 # %%
 report.show_plot(sketch_error_plots.FIGURES, "sketch_error", frame, cfg, figures_dir)
 report.show_plot(sketch_error_plots.FIGURES, "sketch_error_cosine", frame, cfg, figures_dir)
-report.show_table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_error", figures_dir)
+report.show_table(sketch_error.error_table(frame, cfg.table_ranks), "sketch_error", figures_dir)
 
 # %% [markdown]
 # What to read off:
@@ -99,7 +99,7 @@ report.show_table(sketch_error.error_table(frame, cfg["table_ranks"]), "sketch_e
 
 # %%
 report.show_plot(sketch_error_plots.FIGURES, "sketch_error_direction", frame, cfg, figures_dir)
-report.show_table(sketch_error.direction_table(frame, cfg["table_ranks"]),
+report.show_table(sketch_error.direction_table(frame, cfg.table_ranks),
                   "sketch_error_direction", figures_dir)
 
 # %% [markdown]

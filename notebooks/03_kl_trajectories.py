@@ -65,11 +65,11 @@ figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results_dir).items()
              if v is not None}
 cfg = kt.config(scale, **overrides)
-example = kt.grpo_config(cfg, "logra", cfg["seeds"][0])
-print(f"scale {scale!r}: {len(cfg['methods'])} methods × {len(cfg['seeds'])} seeds × "
-      f"{cfg['steps']} steps on {example.model} ({example.prompts_per_step} prompts × "
+example = kt.grpo_config(cfg, "logra", cfg.seeds[0])
+print(f"scale {scale!r}: {len(cfg.methods)} methods × {len(cfg.seeds)} seeds × "
+      f"{cfg.steps} steps on {example.model} ({example.prompts_per_step} prompts × "
       f"{example.group_size} samples per step, lr {example.lr:g}), "
-      f"{worker_count(cfg['workers'])} worker(s)")
+      f"{worker_count(cfg.workers)} worker(s)")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 frame = kt.run(cfg)

@@ -62,13 +62,13 @@ chosen_lrs = None  # a sweep table (comparison_sweep.csv) to read the lrs from; 
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 cfg = comparison.config(scale, seeds=seeds, steps=steps, results_dir=results_dir,
                         chosen_lrs=chosen_lrs)
-example = comparison.grpo_config(cfg, Run(model=cfg["models"][0], method="logra",
-                                          seed=cfg["seeds"][0]))
-lrs = (f"the lrs chosen in {cfg['chosen_lrs']}" if comparison.reads_chosen(cfg)
-       else f"lr grids {cfg['lr_grid']} at seed {cfg['sweep_seed']}")
-print(f"scale {scale!r}: {len(cfg['methods'])} methods on {cfg['models']}, {cfg['steps']} GRPO "
+example = comparison.grpo_config(cfg, Run(model=cfg.models[0], method="logra",
+                                          seed=cfg.seeds[0]))
+lrs = (f"the lrs chosen in {cfg.chosen_lrs}" if comparison.reads_chosen(cfg)
+       else f"lr grids {cfg.lr_grid} at seed {cfg.sweep_seed}")
+print(f"scale {scale!r}: {len(cfg.methods)} methods on {cfg.models}, {cfg.steps} GRPO "
       f"steps on {example.task} ({example.prompts_per_step} prompts × "
-      f"{example.group_size} completions); {lrs}; then seeds {cfg['seeds']} at the chosen lrs")
+      f"{example.group_size} completions); {lrs}; then seeds {cfg.seeds} at the chosen lrs")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 runs, problems = comparison.run(cfg)

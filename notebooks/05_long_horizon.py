@@ -57,7 +57,7 @@ figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 cfg = long_horizon.config(scale, **({} if results_dir is None else {"results_dir": results_dir}))
 start = time.perf_counter()
 frame = long_horizon.run(cfg)
-print(f"{cfg['steps']:,} steps, {frame.step.nunique()} measurement steps, "
+print(f"{cfg.steps:,} steps, {frame.step.nunique()} measurement steps, "
       f"{time.perf_counter() - start:.0f} s (scale={scale!r})")
 
 # %% [markdown]

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -41,7 +41,7 @@ figures_dir = figures_dir or paths.figures_dir(scale)
 cfg = optimizer_cost.config(scale, device=device, dtype=dtype)
 frame = optimizer_cost.run(cfg)
 print(f"copy bandwidth {frame['bandwidth_gb_s'].iloc[0]:.1f} GB/s on {device}, "
-      f"{cfg['threads']} thread(s), {dtype} parameters")
+      f"{cfg.threads} thread(s), {dtype} parameters")
 
 # %% [markdown]
 # ## Ratios to AdamW(foreach) and AdamW(fused)
@@ -52,7 +52,7 @@ print(f"copy bandwidth {frame['bandwidth_gb_s'].iloc[0]:.1f} GB/s on {device}, "
 # `logra-r16-regenerate` keeps none (`cache_projections=False`) and draws them every step.
 
 # %%
-report.show_table(optimizer_cost.ratio_table(frame, cfg["table_cases"]), "optimizer_cost",
+report.show_table(optimizer_cost.ratio_table(frame, cfg.table_cases), "optimizer_cost",
                   figures_dir)
 
 # %% [markdown]
@@ -62,5 +62,5 @@ report.show_table(optimizer_cost.ratio_table(frame, cfg["table_cases"]), "optimi
 # p, m, v) at the copy bandwidth measured in this run.
 
 # %%
-report.show_figure(optimizer_cost.plot_sweep(frame, cfg["sweep_sizes"]), "optimizer_cost",
+report.show_figure(optimizer_cost.plot_sweep(frame, cfg.sweep_sizes), "optimizer_cost",
                    figures_dir)

@@ -60,12 +60,12 @@ studies = None  # which parts run, of "frontier", "budget", "cost"; None: the sc
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 cfg = kc.config(scale, seeds=seeds, steps=steps, results_dir=results_dir, studies=studies)
 runs = kc.plan(cfg)
-print(f"scale {scale!r}, studies {cfg['studies']}: {len(runs)} runs")
+print(f"scale {scale!r}, studies {cfg.studies}: {len(runs)} runs")
 if runs:
     example = kc.grpo_config(cfg, runs[0])
     print(f"{example.model}, {example.prompts_per_step} prompts × {example.group_size} samples "
-          f"per step, greedy pass@1 on {cfg['eval_prompts']:,} held-out problems, "
-          f"{worker_count(cfg['workers'])} worker(s)")
+          f"per step, greedy pass@1 on {cfg.eval_prompts:,} held-out problems, "
+          f"{worker_count(cfg.workers)} worker(s)")
     print("one of the runs:", grpo_runs.command(example))
     start = time.perf_counter()
     frame, problems = kc.run(cfg)
@@ -80,7 +80,7 @@ if runs:
 # the same KL than the lr cut; below it, less.
 
 # %%
-if "frontier" in cfg["studies"]:
+if "frontier" in cfg.studies:
     report.show_figure(kcr.plot_frontier(frame, problems, cfg), "kl_control_frontier",
                        figures_dir)
     report.show_table(kcr.frontier_table(frame, problems, cfg), "kl_control_frontier",
@@ -93,7 +93,7 @@ if "frontier" in cfg["studies"]:
 # lr (Holm's correction over the table; significant where p < `alpha`).
 
 # %%
-if "frontier" in cfg["studies"]:
+if "frontier" in cfg.studies:
     report.show_table(kcr.lr_matched_table(frame, problems, cfg), "kl_control_lr_matched",
                       figures_dir)
 
@@ -101,7 +101,7 @@ if "frontier" in cfg["studies"]:
 # ## 2 · Stress: the largest learning rate
 
 # %%
-if "frontier" in cfg["studies"]:
+if "frontier" in cfg.studies:
     report.show_figure(kcr.plot_runs(frame, cfg), "kl_control_stress", figures_dir)
     report.show_table(kcr.stress_table(frame, problems, cfg), "kl_control_stress", figures_dir)
 
@@ -120,7 +120,7 @@ if "frontier" in cfg["studies"]:
 # earlier regime.
 
 # %%
-if "budget" in cfg["studies"] and cfg["budget_runs"]:
+if "budget" in cfg.studies and cfg.budget_runs:
     report.show_figure(kcr.plot_budget(frame, problems, cfg), "kl_control_budget", figures_dir)
     report.show_table(kcr.budget_table(frame, problems, cfg), "kl_control_budget", figures_dir)
 
@@ -132,7 +132,7 @@ if "budget" in cfg["studies"] and cfg["budget_runs"]:
 # whole batch, timed in turns in one process on one thread at the runs' batch.
 
 # %%
-if "cost" in cfg["studies"]:
+if "cost" in cfg.studies:
     report.show_table(kc.control_cost(cfg), "kl_control_cost", figures_dir)
 
 # %% [markdown]
@@ -146,7 +146,7 @@ if "cost" in cfg["studies"]:
 # `runaway_kl`, the controlled one never does, and its greedy pass@1 is no lower.
 
 # %%
-if "frontier" in cfg["studies"]:
+if "frontier" in cfg.studies:
     print({k: cfg[k] for k in ("smooth_steps", "final_steps", "runaway_kl", "c5_window",
                                "c6_factor")})
     report.show_claims(kcr.claims(frame, problems, cfg), "kl_control", figures_dir)

@@ -88,7 +88,7 @@ for cfg, frame in results.values():
     report.show_table(ranking.round(4), tq.output_name(cfg, "ranking"), figures_dir)
     print(tqr.ranking_verdict(ranking))
     for method in ("logra-gain", "logra-channel-apollo"):
-        if method in cfg["rank_methods"]:
+        if method in cfg.rank_methods:
             print(tqr.goal(frame, cfg, method))
 
 # %% [markdown]

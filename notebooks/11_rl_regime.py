@@ -46,11 +46,11 @@ figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 overrides = {k: v for k, v in dict(seeds=seeds, steps=steps, results_dir=results_dir).items()
              if v is not None}
 cfg = rr.config(scale, **overrides)
-example = rr.grpo_config(cfg, cfg["tasks"][0], cfg["seeds"][0])
-print(f"scale {scale!r}: {len(cfg['tasks'])} task(s) × {len(cfg['seeds'])} seeds × "
-      f"{cfg['steps']} steps of {cfg['method']} GRPO on {example.model} "
+example = rr.grpo_config(cfg, cfg.tasks[0], cfg.seeds[0])
+print(f"scale {scale!r}: {len(cfg.tasks)} task(s) × {len(cfg.seeds)} seeds × "
+      f"{cfg.steps} steps of {cfg.method} GRPO on {example.model} "
       f"({example.prompts_per_step} prompts × {example.group_size} samples per step, "
-      f"lr {example.lr:g}), {worker_count(cfg['workers'])} worker(s)")
+      f"lr {example.lr:g}), {worker_count(cfg.workers)} worker(s)")
 print("one of the runs:", grpo_runs.command(example))
 start = time.perf_counter()
 frame = rr.run(cfg)
@@ -106,5 +106,5 @@ report.show_figure(rr.plot_probe(probe), "rl_regime_probe", figures_dir)
 # %%
 ours, theirs = rr.trl_runs(cfg)
 report.show_figure(rr.plot_trl(ours, theirs, cfg), "rl_regime_trl", figures_dir)
-report.show_table(rr.trl_check.agreement(ours, theirs, block=max(1, cfg["trl_steps"] // 5)),
+report.show_table(rr.trl_check.agreement(ours, theirs, block=max(1, cfg.trl_steps // 5)),
                   "rl_regime_trl", figures_dir)

@@ -25,7 +25,6 @@ regime (2 prompts × 4 completions, lr 1e-4, 200 steps), where no method learned
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import pandas as pd
 
@@ -60,10 +59,10 @@ def summary(frames: dict[tuple[str, int], pd.DataFrame]) -> pd.DataFrame:
         "acc_max": "acc. max", "start": "accuracy % at step 0"})
 
 
-def plan(cfg: dict[str, Any], lr: float, seeds: list[int]) -> dict[tuple[str, int], Run]:
+def plan(cfg: kc.Config, lr: float, seeds: list[int]) -> dict[tuple[str, int], Run]:
     """The run of each registered rule at each seed: notebook 09's uncontrolled LoGRA at `lr`."""
     return {(rule, seed): Run(study="frontier", method="logra-nokl", lr=lr, seed=seed,
-                              eval_every=cfg["steps"], keys=(("reconstruction", rule),))
+                              eval_every=cfg.steps, keys=(("reconstruction", rule),))
             for rule in RULES for seed in seeds}
 
 
@@ -78,8 +77,8 @@ def main() -> None:
     configs = {key: kc.grpo_config(cfg, run)
                for key, run in plan(cfg, args.lr, args.seeds).items()}
     first = next(iter(configs.values()))
-    prepare_inputs(cfg, [first.model], [first.task])
-    results = run_jobs([(grpo_job, (c,)) for c in configs.values()], cfg["workers"],
+    prepare_inputs(cfg.results_dir, [first.model], [first.task])
+    results = run_jobs([(grpo_job, (c,)) for c in configs.values()], cfg.workers,
                        "grpo rules")
     table = summary(dict(zip(configs, results, strict=True)))
     report.save_table(table.round(4), "grpo_rules", args.figures_dir)

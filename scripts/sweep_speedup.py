@@ -45,8 +45,7 @@ def sweep_jobs(size: str, runs: int, results_dir: Path) -> list:
                  eval_prompts=PROXY_EVAL, eval_batch_size=PROXY_EVAL))
     configs = [grpo.resolve(seed=seed, results_dir=str(results_dir), **keys)
                for seed in range(runs)]
-    cfg = {"results_dir": str(results_dir)}
-    grpo_runs.prepare_inputs(cfg, [configs[0].model], [configs[0].task])
+    grpo_runs.prepare_inputs(results_dir, [configs[0].model], [configs[0].task])
     return [(grpo_runs.grpo_job, (config,)) for config in configs]
 
 

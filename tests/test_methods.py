@@ -48,7 +48,7 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
                             lr_grid={"adamw": [1e-4], "logra-r4": [3e-4]})
     run = grpo_runs.grpo_config(cfg, grpo_runs.Run(method="logra-r4", seed=1))
     assert (run.optimizer, run.rank, run.seed) == ("logra", 4, 1)
-    assert run.predicted_kl_threshold == cfg["predicted_kl_threshold"]  # the experiment's δ
+    assert run.predicted_kl_threshold == cfg.predicted_kl_threshold  # the experiment's δ
 
     kl_cfg = kl_control.config("smoke", points=[["adamw", 1e-3], ["naive", 1e-3],
                                                 ["logra-r4", 1e-3, 1e-4]])
@@ -59,7 +59,7 @@ def test_a_method_added_in_one_place_reaches_the_sweeps_and_the_figures(monkeypa
 
     assert palette(["adamw", "logra-r4"]) == {"dense AdamW": "black", "LoGRA rank 4": "#123456"}
     runs = pd.DataFrame([
-        dict(model="smoke", method=m, lr=cfg["lr_grid"][m][0], seed=s, greedy=0.1 * s + 0.05,
+        dict(model="smoke", method=m, lr=cfg.lr_grid[m][0], seed=s, greedy=0.1 * s + 0.05,
              sampled=0.1 * s, greedy_before=0.05, sampled_before=0.0, steps=2)
         for m in ("adamw", "logra-r4") for s in (0, 1)])
     figure = comparison_report.plot_accuracy(runs, cfg)

@@ -37,7 +37,7 @@ def test_notebook_writes_figure_tables_and_claim(executed, assert_figure) -> Non
 def test_bytes_table_covers_every_model(executed) -> None:
     cfg = comm.config("smoke")
     table = pd.read_csv(executed / "communication.csv").set_index("model")
-    assert list(table.index) == [*cfg["proxies"], *cfg["architectures"]]
+    assert list(table.index) == [*cfg.proxies, *cfg.architectures]
     assert (table["ratio gain"] == 1.0).all()  # the default reconstruction sends everything
     assert table.at["qwen2.5-1.5b", "ratio Nyström, fp32 grads"] < 0.05
     assert (table["ratio Nyström, bf16 grads"] > table["ratio Nyström, fp32 grads"]).all()

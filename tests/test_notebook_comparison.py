@@ -38,17 +38,17 @@ def test_notebook_sweeps_then_runs_the_seeds_at_the_chosen_lr(executed, assert_f
     cfg = cmp.config("smoke")
     runs = pd.read_csv(out / "comparison_runs.csv")
     # the sweep: every lr of every grid at seed 0; then seed 1 at each chosen lr only
-    sweep = runs[runs["seed"] == cfg["sweep_seed"]]
+    sweep = runs[runs["seed"] == cfg.sweep_seed]
     assert sorted(zip(sweep["method"], sweep["lr"], strict=True)) == sorted(
-        (m, lr) for m in cfg["methods"] for lr in cfg["lr_grid"][m])
+        (m, lr) for m in cfg.methods for lr in cfg.lr_grid[m])
     swept = pd.read_csv(out / "comparison_sweep.csv")
     chosen = swept[swept["lr choice"].notna()].set_index("method")["lr"]
-    assert len(chosen) == len(cfg["methods"])
+    assert len(chosen) == len(cfg.methods)
     later = runs[runs["seed"] == 1].set_index("method")["lr"]
-    assert later.to_dict() == {m: chosen[METHODS[m].label] for m in cfg["methods"]}
+    assert later.to_dict() == {m: chosen[METHODS[m].label] for m in cfg.methods}
     assert swept.set_index("method").loc["LoRA", "lr choice"] == "not swept"
     assert runs[["greedy", "sampled", "greedy_before"]].stack().between(0, 100).all()
-    assert (runs["state_bytes"] > 0).all() and (runs["steps"] == cfg["steps"]).all()
+    assert (runs["state_bytes"] > 0).all() and (runs["steps"] == cfg.steps).all()
     assert runs["math-synth greedy"].between(0, 100).all()  # the extra eval task
     lora = runs[runs["method"] == "lora"]["state_bytes"].iloc[0]
     adamw = runs[runs["method"] == "adamw"]["state_bytes"].iloc[0]
@@ -58,8 +58,8 @@ def test_notebook_sweeps_then_runs_the_seeds_at_the_chosen_lr(executed, assert_f
     run_dir = grpo.run_dir(cmp.grpo_config(stored, Run(model="smoke", method="adamw", seed=0,
                                                      lr=1.0e-4)))
     problems = pd.read_csv(run_dir / "problems.csv")
-    assert sorted(problems["step"].unique()) == [0, cfg["steps"]]
-    assert len(problems) == 2 * cfg["eval_prompts"]
+    assert sorted(problems["step"].unique()) == [0, cfg.steps]
+    assert len(problems) == 2 * cfg.eval_prompts
 
 
 def test_notebook_reads_the_lrs_of_a_sweep_table_and_runs_no_sweep(executed, tmp_path) -> None:
@@ -89,7 +89,7 @@ def test_notebook_writes_the_papers_table_and_the_tests(executed) -> None:
     cfg = cmp.config("smoke")
     table = pd.read_csv(out / "comparison.csv", dtype=str, keep_default_na=False)
     assert list(table["method"]) == ["policy before RL",
-                                     *[METHODS[m].label for m in cfg["methods"]]]
+                                     *[METHODS[m].label for m in cfg.methods]]
     for column in ("greedy pass@1, %", "sampled pass@1, %", "greedy vs dense, pts",
                    "sampled vs dense, pts", "math-synth greedy, %", "reported 27B GSM8K, %",
                    "reported 27B MATH, %", "optimizer state, MB", "s/step"):
@@ -354,7 +354,7 @@ def test_accuracy_figure_has_bars_and_seed_dots_per_measure() -> None:
     fig = cmp_report.plot_accuracy(runs, cfg)
     assert len(fig.axes) == 2  # greedy, sampled
     for ax, measure in zip(fig.axes, cmp.MEASURES, strict=True):
-        means = runs.groupby("method", sort=False)[measure].mean().reindex(cfg["methods"])
+        means = runs.groupby("method", sort=False)[measure].mean().reindex(cfg.methods)
         assert [bar.get_height() for bar in ax.patches] == pytest.approx(100 * means.to_numpy())
         assert sum(len(dots.get_offsets()) for dots in ax.collections) == 9  # 3 methods × 3
         (line,) = ax.lines

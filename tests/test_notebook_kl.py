@@ -39,8 +39,8 @@ def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> Non
             assert_figure(out / f"{name}{suffix}")
     cfg = kt.config("smoke")
     table = pd.read_csv(out / "kl_trajectories.csv")
-    assert list(table["method"]) == [grpo_runs.METHODS[m].label for m in cfg["methods"]]
-    assert (table["seeds"] == len(cfg["seeds"])).all() and (table["steps"] == cfg["steps"]).all()
+    assert list(table["method"]) == [grpo_runs.METHODS[m].label for m in cfg.methods]
+    assert (table["seeds"] == len(cfg.seeds)).all() and (table["steps"] == cfg.steps).all()
     assert (table.filter(like="final KL") >= -1e-6).all().all()
     calibration = pd.read_csv(out / "kl_calibration.csv")
     assert len(calibration) == 5 and calibration["predictor"].iloc[0].startswith(
@@ -49,8 +49,8 @@ def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> Non
     assert set(schedule["calibration from"]) == {"JVP probes",
                                                  "measured KL each step (observe_kl)"}
     # every (method, seed) run is cached under the results directory, with its manifest
-    for method in cfg["methods"]:
-        for seed in cfg["seeds"]:
+    for method in cfg.methods:
+        for seed in cfg.seeds:
             config = kt.grpo_config(cfg.replace(results_dir=str(results)), method, seed)
             assert (grpo.run_dir(config) / "manifest.json").exists(), (method, seed)
     assert list((results / "calibration").glob("*.csv"))
@@ -84,9 +84,9 @@ def test_methods_map_to_the_intended_optimizer_settings() -> None:
         config = kt.grpo_config(cfg, method, 2)
         assert (config.optimizer, config.predicted_kl_threshold,
                 config.reconstruction) == (optimizer, threshold, reconstruction), method
-        assert config.seed == 2 and config.steps == config.eval_every == cfg["steps"]
+        assert config.seed == 2 and config.steps == config.eval_every == cfg.steps
         assert config.model == "proxy-1m"
-        assert config.lr == cfg["method_lr"].get(method, cfg["lr"]), method
+        assert config.lr == cfg.method_lr.get(method, cfg.lr), method
     assert kt.grpo_config(cfg, "naive", 0).lr == 3e-4  # at LoGRA's lr, not dense AdamW's
     calibration = kt.calibration_config(cfg, 0)
     assert calibration.kl_estimator == "calibrated"
@@ -112,7 +112,7 @@ def test_default_runs_are_notebook_04s_and_high_lr_notebook_09s_stress_runs() ->
 def test_the_printed_command_computes_the_same_run() -> None:
     for scale in ("default", "smoke", "1.5b", "27b"):
         cfg = kt.config(scale)
-        config = kt.grpo_config(cfg, cfg["methods"][-1], 1)
+        config = kt.grpo_config(cfg, cfg.methods[-1], 1)
         line = grpo_runs.command(config)
         assert line.startswith("logra-repro run experiments/grpo.yaml")
         words = line.split()[3:]

@@ -24,13 +24,13 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
     cfg = kc.config("full")
     runs = kc.plan(cfg)
     frontier = [r for r in runs if r.study == "frontier"]
-    assert len(frontier) == len(cfg["points"]) * len(cfg["seeds"])
+    assert len(frontier) == len(cfg.points) * len(cfg.seeds)
     assert ("logra", 1e-3, 5e-3) in {(r.method, r.lr, r.delta) for r in frontier}
     # a point without δ: the experiment's predicted_kl_threshold if controlled, else None
     assert {r.delta for r in frontier if r.method == "adamw"} == {None}
     budget = [r for r in runs if r.study == "budget"]
-    assert {r.setting for r in budget} == set(cfg["budget_runs"])
-    assert len(budget) == len(cfg["budget_runs"]) * len(cfg["budget_seeds"])
+    assert {r.setting for r in budget} == set(cfg.budget_runs)
+    assert len(budget) == len(cfg.budget_runs) * len(cfg.budget_seeds)
     # the default runs the budget study at the stress lr, where the uncontrolled run drifts
     default = kc.config("default")
     assert default["budget_lr"] == default["stress_lr"]
@@ -67,13 +67,13 @@ def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
     assert (controlled.optimizer, controlled.predicted_kl_threshold, controlled.seed,
             controlled.lr) == ("adamw-kl", 1e-3, 2, 3e-4)
     assert controlled.kl_estimator == "calibrated"  # the default: δ in nats
-    assert controlled.eval_every == controlled.steps == cfg["steps"]
+    assert controlled.eval_every == controlled.steps == cfg.steps
     free = kc.grpo_config(cfg, runs[("frontier", "logra-nokl", 1e-3, None, "", 0)])
     assert free.optimizer == "logra" and free.predicted_kl_threshold is None
     budget = kc.grpo_config(cfg, runs[("budget", "logra-nokl", 1e-3, None,
                                        "drift budget B = 0.03", 1)])
     assert budget.kl_drift_budget == 0.03 and budget.predicted_kl_threshold is None
-    assert budget.steps == cfg["budget_steps"] and budget.drift_probe_every == 20
+    assert budget.steps == cfg.budget_steps and budget.drift_probe_every == 20
     dirs = {grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)}
     assert len(dirs) == len(kc.plan(cfg))  # each run is its own cached directory
     # the points with notebook 04's method, lr and seed are notebook 04's runs
@@ -236,17 +236,17 @@ def test_notebook_writes_its_figures_tables_and_claims(executed, assert_figure) 
             assert_figure(out / f"{name}{suffix}")
     cfg = kc.config("smoke")
     frontier = pd.read_csv(out / "kl_control_frontier.csv")
-    assert len(frontier) == len(cfg["points"])
-    assert (frontier["seeds"] == len(cfg["seeds"])).all()
+    assert len(frontier) == len(cfg.points)
+    assert (frontier["seeds"] == len(cfg.seeds)).all()
     assert {"greedy pass@1 (%)", "sampled pass@1 (%)"} <= set(frontier.columns)
     matched = pd.read_csv(out / "kl_control_lr_matched.csv")
-    controlled = [p for p in cfg["points"] if len(p) == 3]
+    controlled = [p for p in cfg.points if len(p) == 3]
     assert len(matched) == 2 * len(controlled)  # greedy and sampled per controlled point
     assert matched["Δ vs nearest, p (Holm)"].between(0, 1).all()
     stress = pd.read_csv(out / "kl_control_stress.csv")
-    assert len(stress) == sum(p[1] == cfg["stress_lr"] for p in cfg["points"])
+    assert len(stress) == sum(p[1] == cfg.stress_lr for p in cfg.points)
     budget = pd.read_csv(out / "kl_control_budget.csv")
-    assert list(budget["setting"]) == list(cfg["budget_runs"])
+    assert list(budget["setting"]) == list(cfg.budget_runs)
     cost = pd.read_csv(out / "kl_control_cost.csv")
     assert list(cost["setting"]) == list(kc.COST_SETTINGS)
     assert (cost["s/step (median)"] > 0).all() and (cost["steps timed"] == 1).all()

@@ -33,7 +33,7 @@ def test_notebook_writes_figure_table_and_claim(executed, assert_figure) -> None
 def test_table_separates_state_drift_from_sketch_error(executed) -> None:
     table = pd.read_csv(executed / "long_horizon.csv", keep_default_na=False)
     cfg = lh.config("smoke")
-    assert set(table.run) == {lh.run_name(p) for p in cfg["refresh_every"]}
+    assert set(table.run) == {lh.run_name(p) for p in cfg.refresh_every}
     state = table[table.reconstruction == "(state)"].set_index(["run", "metric"])
     windows = [c for c in table.columns if c.split(" ")[0] in ("early", "safe", "late")]
     assert len(windows) == 3
@@ -45,7 +45,7 @@ def test_table_separates_state_drift_from_sketch_error(executed) -> None:
     cosines = table[table.metric.isin(["cosine", "update_cosine"])][windows].astype(float)
     assert ((cosines >= -1) & (cosines <= 1)).all().all()
     updates = table[table.metric == "update_cosine"]
-    assert set(updates.reconstruction) == set(cfg["reconstructions"])
+    assert set(updates.reconstruction) == set(cfg.reconstructions)
 
 
 def test_claim_row_c11(executed) -> None:
@@ -173,11 +173,11 @@ def _frame(cos: dict[str, tuple[float, float]], drift: dict[str, tuple[float, fl
            fresh: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Hand-made measurements: per run, (safe, late) values, early = safe; steps of smoke."""
     cfg = lh.config("smoke")
-    steps = {"early": cfg["early_window"], "safe": cfg["safe_window"],
-             "late": cfg["late_window"]}
+    steps = {"early": cfg.early_window, "safe": cfg.safe_window,
+             "late": cfg.late_window}
     fresh = fresh or cos
     rows = []
-    for period in cfg["refresh_every"]:
+    for period in cfg.refresh_every:
         name = lh.run_name(period)
         for window, (lo, hi) in steps.items():
             k = 1 if window == "late" else 0
@@ -214,7 +214,7 @@ def test_c11_needs_every_window() -> None:
     frame = _frame({FIXED: (0.8, 0.8), REFRESH: (0.8, 0.8)},
                    {FIXED: (1e-7, 1e-7), REFRESH: (1e-7, 1e-7)})
     cfg = lh.config("smoke")
-    late = frame.step >= cfg["late_window"][0]
+    late = frame.step >= cfg.late_window[0]
     with pytest.raises(ValueError, match="windows"):
         lhr.c11_claim(frame[~late], cfg)
 

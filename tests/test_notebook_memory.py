@@ -31,7 +31,7 @@ def test_notebook_writes_every_figure_and_table(executed, assert_figure) -> None
 def test_state_table_covers_the_smoke_models_and_variants(executed) -> None:
     cfg = memory.config("smoke")
     table = pd.read_csv(executed / "memory_state_bytes.csv")
-    assert len(table) == len(cfg["variants"]) and table.shape[1] == 1 + len(cfg["models"])
+    assert len(table) == len(cfg.variants) and table.shape[1] == 1 + len(cfg.models)
     gb = table.set_index("optimizer")
     # dense AdamW with fp32 states is 8 bytes a parameter: 216 GB at 27B
     assert gb.at["AdamW (fp32 states)", "Gemma-3-27B"] == pytest.approx(216.07, abs=0.01)
@@ -59,10 +59,10 @@ def test_claim_rows(executed) -> None:
 def test_c4_window_agrees_with_the_simulator() -> None:
     """The closed-form growth window of C4 against oom_step at rates inside and around it."""
     cfg = memory.config("smoke", rollout_sequences_per_gpu=29)  # a window exists here
-    adam, logra = (memory.stats(cfg, cfg["oom_model"], v) for v in ("adamw", "logra"))
+    adam, logra = (memory.stats(cfg, cfg.oom_model, v) for v in ("adamw", "logra"))
     window = memory_report.c4_window(cfg)
     assert window is not None
-    steps = max(cfg["max_steps"], memory_report.C4_LOGRA_AT_LEAST)
+    steps = max(cfg.max_steps, memory_report.C4_LOGRA_AT_LEAST)
     rates = [0.1, 0.5, 1, 2, 4, 8, 16, 64, sum(window) / 2, window[0] * 0.99, window[1] * 1.01]
     for g in rates:
         a = memory.assumptions(cfg, response_growth_per_step=g, max_steps=steps)

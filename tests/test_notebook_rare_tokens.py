@@ -35,9 +35,9 @@ def test_tables_cover_every_rule_rank_and_share(executed) -> None:
     cfg = rt.config("smoke")
     survival = pd.read_csv(executed / "rare_tokens_survival.csv")
     assert set(survival.rule) == set(rt.RULES[1:])
-    assert set(survival["rank"]) == set(cfg["ranks"])
+    assert set(survival["rank"]) == set(cfg.ranks)
     assert [c for c in survival.columns if c.startswith("share")] == \
-        [f"share {s:g}" for s in cfg["shares"]]
+        [f"share {s:g}" for s in cfg.shares]
     fix = pd.read_csv(executed / "rare_tokens_fix.csv").set_index("rule")
     assert list(fix.index) == list(rt.RULES)
     assert fix.at["adamw", "ratio to AdamW"] == 1.0
@@ -57,11 +57,11 @@ def test_rare_stream_holds_the_requested_share_of_gradient_mass() -> None:
     cfg = rt.config("smoke")
     for share in (1e-3, 0.2):
         stream, rows = rt.rare_stream(cfg, share, seed=0)
-        assert len(stream) == cfg["stream_steps"] and stream[0].shape == tuple(cfg["vocab_shape"])
+        assert len(stream) == cfg.stream_steps and stream[0].shape == tuple(cfg.vocab_shape)
         rare_mass = sum(float(g[rows].square().sum()) for g in stream)
         total = sum(float(g.square().sum()) for g in stream)
         assert rare_mass / total == pytest.approx(share, rel=1e-4)  # rows are disjoint
-    assert len(rows) == cfg["rare_rows"]
+    assert len(rows) == cfg.rare_rows
     with pytest.raises(ValueError, match="share"):
         rt.rare_stream(cfg, 1.0, seed=0)
 
@@ -94,16 +94,16 @@ def test_survival_is_relative_to_adamw_on_the_same_stream() -> None:
 def test_lm_data_plants_the_pattern() -> None:
     cfg = rt.config("smoke", rare_fraction=1.0)
     probs = rt.transition_matrix(cfg, seed=0)
-    assert torch.allclose(probs.sum(dim=1), torch.ones(cfg["lm_vocab"]))
+    assert torch.allclose(probs.sum(dim=1), torch.ones(cfg.lm_vocab))
     assert (probs[:, :3] == 0).all()  # the chain never emits a special token
     ids = rt.lm_batch(cfg, probs, rt.RARE, torch.Generator().manual_seed(0))
-    assert ids.shape == (cfg["batch_size"], cfg["seq_len"])
+    assert ids.shape == (cfg.batch_size, cfg.seq_len)
     triggers = torch.nonzero(ids == rt.TRIGGER)
-    assert len(triggers) == cfg["batch_size"]  # every sequence holds the pattern once
+    assert len(triggers) == cfg.batch_size  # every sequence holds the pattern once
     assert (ids[triggers[:, 0], triggers[:, 1] + 1] == rt.RARE).all()
     assert (ids != rt.PLANTED).all()
     contexts = rt.eval_contexts(cfg, probs, seed=0)
-    assert (contexts[:, -1] == rt.TRIGGER).all() and contexts.shape[0] == cfg["eval_contexts"]
+    assert (contexts[:, -1] == rt.TRIGGER).all() and contexts.shape[0] == cfg.eval_contexts
 
 
 def test_rare_gradient_share_is_a_fraction() -> None:
@@ -120,7 +120,7 @@ def test_rare_gradient_share_is_a_fraction() -> None:
 def _frame(survival: dict[str, float], steps: dict[str, list[float]]) -> pd.DataFrame:
     """Hand-made results at the smoke config's rank and smallest share."""
     cfg = rt.config("smoke")
-    rank, share = cfg["fix_rank"], min(cfg["shares"])
+    rank, share = cfg.fix_rank, min(cfg.shares)
     rows = [dict(experiment="survival", method=rule, rank=rank, share=share, seed=0, step=-1,
                  metric="survival", value=value) for rule, value in survival.items()]
     for rule, values in steps.items():

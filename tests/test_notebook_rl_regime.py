@@ -17,13 +17,13 @@ def test_runs_evaluate_many_problems_before_and_after() -> None:
     cfg = rr.config("default")
     run = rr.grpo_config(cfg, "math-synth", 2)
     assert (run.optimizer, run.task, run.seed) == ("adamw", "math-synth", 2)
-    assert run.eval_every == run.steps == cfg["steps"]
+    assert run.eval_every == run.steps == cfg.steps
     assert (run.eval_prompts, run.eval_samples, run.eval_sampled_prompts) == (
         5000, 4, 2000)
-    assert (run.prompts_per_step, run.group_size) == (cfg["prompts_per_step"],
-                                                            cfg["group_size"])
-    dirs = {grpo.run_dir(rr.grpo_config(cfg, t, s)) for t in cfg["tasks"] for s in cfg["seeds"]}
-    assert len(dirs) == len(cfg["tasks"]) * len(cfg["seeds"])
+    assert (run.prompts_per_step, run.group_size) == (cfg.prompts_per_step,
+                                                            cfg.group_size)
+    dirs = {grpo.run_dir(rr.grpo_config(cfg, t, s)) for t in cfg.tasks for s in cfg.seeds}
+    assert len(dirs) == len(cfg.tasks) * len(cfg.seeds)
 
 
 def evaluations(seed: int, greedy_gain: int, sampled_gain: float, n: int = 2000) -> pd.DataFrame:
@@ -50,7 +50,7 @@ def test_a_run_passes_only_with_both_gains_large_and_significant() -> None:
     assert table.loc[1, "greedy_gain"] == pytest.approx(1.0)
     assert table["passes"].tolist() == [True, False, False]  # greedy too small; sampled too small
     assert (table["greedy_p_holm"] >= table["greedy_p"]).all()
-    assert table.loc[0, "greedy_p_holm"] < cfg["alpha"] and table.loc[2, "sampled_p_holm"] < 0.01
+    assert table.loc[0, "greedy_p_holm"] < cfg.alpha and table.loc[2, "sampled_p_holm"] < 0.01
     assert (table["steps"] == 100).all() and (table["greedy_problems"] == 2000).all()
     assert "does not learn (1/3 seeds)" in rr.verdict(table.reset_index(), cfg)
 
@@ -65,9 +65,9 @@ def test_notebook_writes_the_table_the_curves_and_the_probe(executed, assert_fig
     assert notebooks.NOTEBOOKS[rr.NOTEBOOK] == rr.EXPERIMENT
     cfg = rr.config("smoke")
     table = pd.read_csv(out / "rl_regime.csv")
-    assert len(table) == len(cfg["tasks"]) * len(cfg["seeds"])
-    assert (table["greedy_problems"] == cfg["eval_prompts"]).all()
-    assert (table["sampled_problems"] == cfg["eval_sampled_prompts"]).all()
+    assert len(table) == len(cfg.tasks) * len(cfg.seeds)
+    assert (table["greedy_problems"] == cfg.eval_prompts).all()
+    assert (table["sampled_problems"] == cfg.eval_sampled_prompts).all()
     probe = pd.read_csv(out / "rl_regime_probe.csv")  # the smoke policy solves nothing:
     assert probe.empty and list(probe.columns) == list(PROBE_COLUMNS)  # nothing to step along
     trl = pd.read_csv(out / "rl_regime_trl.csv")

@@ -141,7 +141,9 @@ def test_verdicts_are_paired_t_tests_holm_corrected_over_the_table() -> None:
             for s, x in enumerate(base)]
     rows += [dict(method=m, seed=s, test_loss=x + d[s], chosen=True, rank=4, study="sweep",
                   lr=1e-3) for m, d in shifts.items() for s, x in enumerate(base)]
-    cfg = {"methods": {m: {"optimizer": "adamw", "label": m} for m in ("adamw", *shifts)}}
+    methods = {m: {"optimizer": "adamw", "label": m, "lrs": [1e-3]} for m in ("adamw", *shifts)}
+    cfg = tq.config("smoke", methods={**methods, "galore": {"optimizer": "galore", "lrs": [1e-2]}},
+                    rank_methods=["galore"], headline="galore")
     raw = {m: ttest_rel(base + d, base).pvalue for m, d in shifts.items()}
     assert raw["near"] < 0.05 < 2 * raw["near"]  # the premise: only Holm turns it
     table = tqr.paired_table(pd.DataFrame(rows), cfg, list(shifts), "adamw", "optimizer")
@@ -171,18 +173,18 @@ def test_notebook_writes_the_comparison(executed, task, assert_figure) -> None:
     for name in ("pareto", "curves", "sweep"):
         assert_figure(out / f"{tq.output_name(cfg, name)}.png")
     summary = pd.read_csv(out / f"{tq.output_name(cfg)}.csv")
-    assert len(summary) == len(cfg["methods"])
-    assert (summary["seeds"] == len(cfg["seeds"])).all()
+    assert len(summary) == len(cfg.methods)
+    assert (summary["seeds"] == len(cfg.seeds)).all()
     adamw = summary[summary["optimizer"] == "AdamW"].iloc[0]
     assert adamw["loss / AdamW"] == 1.0 and adamw["verdict"] == "reference"
     logra = summary[summary["optimizer"] == "LoGRA (gain)"].iloc[0]
     assert 0 < logra["state / AdamW"] < 1 and 0 < logra["test loss"] < math.log(256)
     ranks = pd.read_csv(out / f"{tq.output_name(cfg, 'ranks')}.csv")
-    assert len(ranks) == len(cfg["rank_methods"]) * len(cfg["ranks"])
+    assert len(ranks) == len(cfg.rank_methods) * len(cfg.ranks)
     by_rank = ranks[ranks["optimizer"] == "LoGRA (gain)"].sort_values("rank")
     assert by_rank["state MB"].is_monotonic_increasing
     sweep = pd.read_csv(out / f"{tq.output_name(cfg, 'sweep')}.csv")
-    assert sweep["chosen"].sum() == len(cfg["methods"])
+    assert sweep["chosen"].sum() == len(cfg.methods)
     rules = pd.read_csv(out / f"{tq.output_name(cfg, 'rules')}.csv")
     assert list(rules["rule"]) == ["LoGRA (subspace)"]
     assert "p (Holm)" in summary.columns and "p (Holm)" in rules.columns
@@ -206,7 +208,7 @@ def test_the_benchmarks_cache_apart(tmp_path) -> None:
 def test_a_cached_run_is_read_not_retrained(executed, monkeypatch, corpus_dir) -> None:
     cfg = tq.config("smoke", corpus=str(corpus_dir), results_dir=str(executed))
     monkeypatch.setattr(tq, "benchmark", lambda *a: pytest.fail("retrained a cached run"))
-    result = tq.train(cfg, tq.Run("adamw", 1e-3, 0, cfg["rank"], "sweep"))
+    result = tq.train(cfg, tq.Run("adamw", 1e-3, 0, cfg.rank, "sweep"))
     assert result["test_loss"] > 0 and len(result["curve"]) >= 2
 
 
@@ -254,7 +256,7 @@ def test_each_rank_gets_its_own_rate_and_only_projections_key_their_refresh(monk
     run = tq.Run("adamw", 1e-3, 0, 4, "sweep")
     assert "projection_gap" not in tq.settings(cfg, run)
     gap = tq.settings(cfg, tq.Run("galore", 1e-3, 0, 4, "sweep"))["projection_gap"]
-    assert gap == max(1, cfg["steps"] // cfg["projection_refreshes"])
+    assert gap == max(1, cfg.steps // cfg.projection_refreshes)
 
 
 def test_sft_trains_on_no_held_out_question(tmp_path) -> None:
@@ -427,8 +429,8 @@ def test_the_recipe_ladder_is_paired_against_its_reference(monkeypatch, tmp_path
     piece = tq.Run("piece", 1e-2, 0, 4, "sweep")
     assert tq.settings(cfg, piece)["projection_gap"] == tq.projection_gap(cfg)
     assert "projection_gap" not in tq.settings(cfg, tq.Run("plain", 1e-2, 0, 4, "sweep"))
-    renamed = {**cfg, "methods": {**ladder, "piece": {**ladder["piece"], "label": "other",
-                                                      "color": "k"}}}
+    renamed = cfg.replace(methods={**ladder, "piece": {**ladder["piece"], "label": "other",
+                                                       "color": "k"}})
     assert tq.run_path(renamed, piece) == tq.run_path(cfg, piece)
 
     loss = {"adamw": 2.2, "apollo": 2.0, "plain": 2.1, "piece": 2.0}
@@ -446,7 +448,7 @@ def test_the_recipe_ladder_is_paired_against_its_reference(monkeypatch, tmp_path
     assert list(table["optimizer"]) == ["LoGRA piece", "LoGRA (gain)"]
     assert list(table["verdict"]) == ["no difference", "higher than APOLLO"]
     assert table["loss / APOLLO"].iloc[0] == pytest.approx(1.0)
-    assert tqr.recipe_table(frame, {**cfg, "recipe_reference": "galore"}).empty
+    assert tqr.recipe_table(frame, cfg.replace(recipe_reference="galore")).empty
 
 
 def test_refresh_projections_refreshes_logra_s_sketches_at_the_projection_gap() -> None:
@@ -489,7 +491,7 @@ def _chosen_study(tmp_path, scale: float = 1.0, **overrides):
 
 
 def _train_past_the_edge(cfg, run):
-    scale = cfg["methods"]["adamw"]["lrs"][0] / 1e-3
+    scale = cfg.methods["adamw"]["lrs"][0] / 1e-3
     best = 3.2e-4 if run.method == "adamw" else 3e-3 * run.rank / 4
     return synthetic_result(cfg, run, scale * best)
 
@@ -520,7 +522,7 @@ def test_read_rates_run_the_sweep_s_seeds_and_ranks_and_sweep_nothing(monkeypatc
     read = tq.run(cfg, progress=False)
     assert {r.study for r in trained} == {"seeds", "ranks"}
     # two methods' seeds, GaLore's ranks 2 and 8 at each rank seed
-    assert len(trained) == 2 * len(cfg["seeds"]) + 2 * len(cfg["rank_seeds"])
+    assert len(trained) == 2 * len(cfg.seeds) + 2 * len(cfg.rank_seeds)
     chosen_runs = swept[swept["chosen"]].drop_duplicates(["method", "rank", "seed"])
     assert sorted((r.method, r.rank, r.seed, r.lr) for r in trained) == sorted(
         chosen_runs[["method", "rank", "seed", "lr"]].itertuples(index=False, name=None))
@@ -571,7 +573,7 @@ def test_the_committed_tables_hold_every_rate_the_default_reads(task) -> None:
     cfg = tq.config("default", task=task)
     assert tq.reads_chosen(cfg)
     chosen = tq.read_chosen(cfg)
-    assert len(chosen) == len(cfg["methods"]) + len(cfg["rank_methods"]) * (len(cfg["ranks"]) - 1)
+    assert len(chosen) == len(cfg.methods) + len(cfg.rank_methods) * (len(cfg.ranks) - 1)
     assert not chosen["at_edge"].any()
 
 

@@ -155,11 +155,11 @@ def allreduce_bytes(param_groups: list[dict[str, Any]], grad_bytes: int) -> tupl
 def counted_rows(cfg: Config) -> list[dict[str, Any]]:
     """Bytes per step of every model, reconstruction and gradient dtype (from shapes)."""
     rows = []
-    for name in [*cfg["proxies"], *cfg["architectures"]]:
+    for name in [*cfg.proxies, *cfg.architectures]:
         model = build(name)
         params = sum(p.numel() for p in model.parameters())
         for rec in RECONSTRUCTIONS:
-            param_groups = groups(model, cfg["rank"], cfg["embedding_rank"], rec)
+            param_groups = groups(model, cfg.rank, cfg.embedding_rank, rec)
             for dtype, size in GRAD_BYTES.items():
                 dense, sent = allreduce_bytes(param_groups, size)
                 base = dict(section="counted", model=name, reconstruction=rec, grad_dtype=dtype,
@@ -175,15 +175,15 @@ def counted_rows(cfg: Config) -> list[dict[str, Any]]:
 
 def token_batch(cfg: Config, vocab: int, step: int, rank: int | None) -> Tensor:
     """The global batch of `step` (batch_size × seq_len random tokens), or rank's half."""
-    g = torch.Generator().manual_seed(cfg["seed"] * 1000 + step)
-    ids = torch.randint(vocab, (cfg["batch_size"], cfg["seq_len"]), generator=g)
+    g = torch.Generator().manual_seed(cfg.seed * 1000 + step)
+    ids = torch.randint(vocab, (cfg.batch_size, cfg.seq_len), generator=g)
     return ids if rank is None else ids.chunk(WORLD)[rank]
 
 
 def measured_model(cfg: Config) -> nn.Module:
     """`measured_model`, randomly initialised from `seed` (built in the parent process)."""
-    torch.manual_seed(cfg["seed"])
-    return build(cfg["measured_model"], device="cpu")
+    torch.manual_seed(cfg.seed)
+    return build(cfg.measured_model, device="cpu")
 
 
 def copy_model(model_config: Any, state: dict[str, Tensor]) -> nn.Module:
@@ -198,15 +198,15 @@ def copy_model(model_config: Any, state: dict[str, Tensor]) -> nn.Module:
 
 def measured_optimizer(cfg: Config, model: nn.Module) -> LoGRA:
     """LoGRA with every group Nyström (so the hook compresses what it can), seed fixed."""
-    return LoGRA(groups(model, cfg["measured_rank"], cfg["measured_embedding_rank"], "nystrom"),
-                 lr=cfg["lr"], seed=cfg["seed"], predicted_kl_threshold=0.02)
+    return LoGRA(groups(model, cfg.measured_rank, cfg.measured_embedding_rank, "nystrom"),
+                 lr=cfg.lr, seed=cfg.seed, predicted_kl_threshold=0.02)
 
 
 def train(cfg: Config, model: nn.Module, inner: nn.Module, opt: LoGRA,
           rank: int | None) -> None:
     """`measured_steps` steps of next-token loss; `inner` is the unwrapped model (its vocab)."""
     vocab = inner.config.vocab_size
-    for step in range(cfg["measured_steps"]):
+    for step in range(cfg.measured_steps):
         ids = token_batch(cfg, vocab, step, rank)
         opt.zero_grad(set_to_none=True)
         model(input_ids=ids, labels=ids).loss.backward()
@@ -257,7 +257,7 @@ def ddp_run(cfg: Config, rank: int, hook: bool, model: nn.Module) -> dict[str, A
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     with counting_all_reduce() as counter:
         train(cfg, ddp, model, opt, rank)
-    steps = cfg["measured_steps"]
+    steps = cfg.measured_steps
     return dict(weights=weights(model), bytes=counter[0] / steps,
                 hook_bytes=state.sent_bytes / steps if state else math.nan)
 
@@ -352,9 +352,9 @@ def measured_rows(cfg: Config) -> list[dict[str, Any]]:
         if max_diff(ranks[r]["hook"]["weights"], hook["weights"]) != 0:
             raise RuntimeError("the ranks of the sketch-hook run hold different weights")
     predicted_dense, predicted_sent = allreduce_bytes(
-        groups(model, cfg["measured_rank"], cfg["measured_embedding_rank"], "nystrom"),
+        groups(model, cfg.measured_rank, cfg.measured_embedding_rank, "nystrom"),
         GRAD_BYTES["fp32"])
-    base = dict(section="measured", model=cfg["measured_model"], note="")
+    base = dict(section="measured", model=cfg.measured_model, note="")
     tp = ranks[0]["tp"]
     counts = dict(reconstruction="nystrom", grad_dtype="fp32")
     checks = dict(reconstruction="", grad_dtype="")

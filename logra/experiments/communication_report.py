@@ -50,19 +50,19 @@ def measured_table(frame: pd.DataFrame) -> pd.DataFrame:
 def checks(frame: pd.DataFrame, cfg: Config) -> dict[str, bool]:
     """The four facts the verdict is built from (see `c12_claim`)."""
     m = _measured(frame)
-    tol = cfg["tolerance"]
+    tol = cfg.tolerance
     return {
         "ddp": m["ddp_vs_single"] <= tol and m["hook_vs_dense"] <= tol,
         "fsdp2": m["fsdp2_vs_single"] <= tol,
         "tensor_parallel": m["tp_refused"] == 0.0,
-        "shrinks": m["ratio"] < cfg["c12_shrink"],
+        "shrinks": m["ratio"] < cfg.c12_shrink,
     }
 
 
 def checks_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """What the measured run checked, what it found, and whether it passed."""
     m, ok = _measured(frame), checks(frame, cfg)
-    tol = cfg["tolerance"]
+    tol = cfg.tolerance
     tp_note = frame.loc[(frame.section == "measured") & (frame.metric == "tp_refused"), "note"]
     rows = [
         ("DDP = one process with the global batch", f"max |Δw| {m['ddp_vs_single']:.1e}",
@@ -77,7 +77,7 @@ def checks_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
         ("bytes all-reduced per step, sketch hook / dense (counted at all_reduce)",
          f"{m['sent_bytes']:,.0f} / {m['dense_bytes']:,.0f} = {m['ratio']:.2%} (predicted "
          f"{m['predicted_sent_bytes'] / m['predicted_dense_bytes']:.2%}, hook's own count "
-         f"{m['hook_sent_bytes']:,.0f})", f"< {cfg['c12_shrink']:.0%}", ok["shrinks"]),
+         f"{m['hook_sent_bytes']:,.0f})", f"< {cfg.c12_shrink:.0%}", ok["shrinks"]),
     ]
     return pd.DataFrame(rows, columns=["check", "measured", "criterion", "passed"])
 
@@ -108,7 +108,7 @@ def c12_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
         verdict = "partly"
     counted = frame[(frame.section == "counted") & (frame.metric == "ratio")
                     & (frame.reconstruction == "nystrom") & (frame.grad_dtype == "fp32")]
-    real = counted[counted.model.isin(cfg["architectures"])]
+    real = counted[counted.model.isin(cfg.architectures)]
     real_text = ", ".join(f"{name} {value:.1%}" for name, value in zip(real.model, real.value,
                                                                        strict=True))
     tp = "refused by LoGRA (Shard(1) parameters)" if m["tp_refused"] else "ran"
@@ -117,13 +117,13 @@ def c12_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
         f"all-reduce ({m['hook_vs_dense']:.0e}); FSDP2 = one process "
         f"({m['fsdp2_vs_single']:.0e}); tensor parallelism {tp}; bytes passed to all_reduce "
         f"per step with the hook {m['ratio']:.1%} of dense "
-        f"({cfg['measured_model']}, r={cfg['measured_rank']}, Nyström); counted at "
-        f"r={cfg['rank']}/{cfg['embedding_rank']}: {real_text}; with the default gain "
+        f"({cfg.measured_model}, r={cfg.measured_rank}, Nyström); counted at "
+        f"r={cfg.rank}/{cfg.embedding_rank}: {real_text}; with the default gain "
         f"reconstruction the hook sends 100 %"
     )
     return ClaimRow(claim="C12", reported=C12_REPORTED, reproduced=reproduced,
-                    scale=f"{cfg['scale']} (2 CPU ranks, gloo; byte counts from shapes up to "
-                          f"{cfg['architectures'][-1]})", verdict=verdict)
+                    scale=f"{cfg.scale} (2 CPU ranks, gloo; byte counts from shapes up to "
+                          f"{cfg.architectures[-1]})", verdict=verdict)
 
 
 # ---------------------------------------------------------------- figure
@@ -152,10 +152,10 @@ def plot_bytes(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         right.annotate(f"{ratio:.1%}", (xi, ratio), textcoords="offset points", xytext=(6, -12),
                        fontsize=8, color=colours[0])
     m = _measured(frame)
-    if cfg["measured_model"] in models:
-        right.plot(models.index(cfg["measured_model"]), m["ratio"], marker="*", markersize=15,
+    if cfg.measured_model in models:
+        right.plot(models.index(cfg.measured_model), m["ratio"], marker="*", markersize=15,
                    linestyle="none", color=colours[3],
-                   label=f"measured, 2 gloo ranks (r={cfg['measured_rank']})")
+                   label=f"measured, 2 gloo ranks (r={cfg.measured_rank})")
     right.set_yscale("log")
     right.set_ylabel("bytes sent / dense bytes")
     right.set_xlim(-0.5, len(models) - 0.3)
@@ -165,7 +165,7 @@ def plot_bytes(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         ax.grid(True, axis="y", which="major", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"All-reduce volume per step: dense DDP against LoGRA's sketch hook (r = "
-                 f"{cfg['rank']}, embeddings {cfg['embedding_rank']})", fontsize=11)
+                 f"{cfg.rank}, embeddings {cfg.embedding_rank})", fontsize=11)
     fig.tight_layout()
     return fig
 

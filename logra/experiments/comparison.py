@@ -115,14 +115,14 @@ def config(scale: str = "default", **overrides: Any) -> Config:
 
 
 def chosen_lrs_path(cfg: Config) -> Path:
-    """`cfg["chosen_lrs"]` as an absolute path (relative ones under the project root)."""
-    return paths.project_path(cfg["chosen_lrs"])
+    """`cfg.chosen_lrs` as an absolute path (relative ones under the project root)."""
+    return paths.project_path(cfg.chosen_lrs)
 
 
 def reads_chosen(cfg: Config) -> bool:
     """Whether the chosen lrs come from a sweep table instead of a sweep (`config` sets
     `chosen_lrs` to None where its table does not exist)."""
-    return cfg["chosen_lrs"] is not None
+    return cfg.chosen_lrs is not None
 
 
 def grpo_config(cfg: Config, run: Run) -> grpo.GRPOConfig:
@@ -131,8 +131,8 @@ def grpo_config(cfg: Config, run: Run) -> grpo.GRPOConfig:
     lr = run.lr
     if lr is None:
         lr = (read_chosen(cfg).loc[(run.model, run.method), "lr"] if reads_chosen(cfg)
-              else cfg["lr_grid"][run.method][0])
-    return grpo_runs.grpo_config(cfg, replace(run, lr=lr, eval_every=cfg["steps"]))
+              else cfg.lr_grid[run.method][0])
+    return grpo_runs.grpo_config(cfg, replace(run, lr=lr, eval_every=cfg.steps))
 
 
 # ---------------------------------------------------------------- running
@@ -187,10 +187,10 @@ def _execute(cfg: Config, runs: list[Run], desc: str, progress: bool
     """Run `runs` (each with its model and lr), longest first; their rows and problems."""
     if not runs:
         return pd.DataFrame(), pd.DataFrame()
-    size = {model: i + 1 for i, model in enumerate(cfg["models"])}  # later models: larger
+    size = {model: i + 1 for i, model in enumerate(cfg.models)}  # later models: larger
     runs = sorted(runs, key=lambda r: -METHODS[r.method].cost * size[r.model] ** 2)
-    jobs = [(run_job, (grpo_config(cfg, run), list(cfg["extra_eval_tasks"]))) for run in runs]
-    results = run_jobs(jobs, cfg["workers"], desc, progress)
+    jobs = [(run_job, (grpo_config(cfg, run), list(cfg.extra_eval_tasks))) for run in runs]
+    results = run_jobs(jobs, cfg.workers, desc, progress)
     rows = pd.DataFrame([_run_row(run, result) for run, result in zip(runs, results, strict=True)])
     problems = []
     for run, result in zip(runs, results, strict=True):
@@ -207,28 +207,28 @@ def _execute(cfg: Config, runs: list[Run], desc: str, progress: bool
 def run(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The sweep, then the seeds at the chosen learning rates (module docstring): the `runs`
     and `problems` frames, every run of both stages once."""
-    grpo_runs.prepare_inputs(cfg, list(cfg["models"]),
+    grpo_runs.prepare_inputs(cfg.results_dir, list(cfg.models),
                              list(dict.fromkeys([grpo_config(cfg, Run(
-                                 model=cfg["models"][0], method=REFERENCE, seed=0)).task,
-                                                 *cfg["extra_eval_tasks"]])))
+                                 model=cfg.models[0], method=REFERENCE, seed=0)).task,
+                                                 *cfg.extra_eval_tasks])))
     if reads_chosen(cfg):
         rows, problems = pd.DataFrame(), pd.DataFrame()
         done = set()
     else:
-        sweep = [Run(study="sweep", model=model, method=m, lr=lr, seed=cfg["sweep_seed"])
-                 for model in cfg["models"] for m in cfg["methods"] for lr in cfg["lr_grid"][m]]
+        sweep = [Run(study="sweep", model=model, method=m, lr=lr, seed=cfg.sweep_seed)
+                 for model in cfg.models for m in cfg.methods for lr in cfg.lr_grid[m]]
         rows, problems = _execute(cfg, sweep, f"{EXPERIMENT} (lr sweep)", progress)
-        done = {cfg["sweep_seed"]}
+        done = {cfg.sweep_seed}
     chosen = choose(rows, cfg)
     seeds = [Run(study="seeds", model=model, method=m, lr=lr, seed=s)
-             for (model, m), lr in chosen["lr"].items() for s in cfg["seeds"] if s not in done]
+             for (model, m), lr in chosen["lr"].items() for s in cfg.seeds if s not in done]
     more_rows, more_problems = _execute(cfg, seeds, f"{EXPERIMENT} (seeds)", progress)
     rows = pd.concat([rows, more_rows], ignore_index=True)
     problems = pd.concat([problems, more_problems], ignore_index=True)
     base = problems["method"] == BASE  # one copy of the policy before RL per model
     problems = pd.concat([problems[~base], problems[base].drop_duplicates(["model", "problem"])
                           .assign(seed=-1)], ignore_index=True)
-    order = {m: i for i, m in enumerate([BASE, *cfg["methods"]])}
+    order = {m: i for i, m in enumerate([BASE, *cfg.methods])}
     rows = rows.sort_values(["model", "method", "lr", "seed"], key=lambda c: c.map(order)
                             if c.name == "method" else c, kind="stable", ignore_index=True)
     return rows, problems
@@ -244,10 +244,10 @@ def choose(runs: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     rows = []
     if reads_chosen(cfg):
         return read_chosen(cfg)
-    swept = runs[runs["seed"] == cfg["sweep_seed"]]
-    for model in cfg["models"]:
-        for method in cfg["methods"]:
-            grid = sorted(cfg["lr_grid"][method])
+    swept = runs[runs["seed"] == cfg.sweep_seed]
+    for model in cfg.models:
+        for method in cfg.methods:
+            grid = sorted(cfg.lr_grid[method])
             points = swept[(swept["model"] == model) & (swept["method"] == method)
                            & swept["lr"].isin(grid)]
             best = points.sort_values(["sampled", "greedy"], ascending=False,
@@ -273,17 +273,17 @@ def read_chosen(cfg: Config) -> pd.DataFrame:
         raise ValueError(f"chosen_lrs: {path} is not a sweep table (comparison_sweep.csv); it "
                          f"lacks columns {sorted(need - set(table.columns))}")
     rows, missing = [], []
-    for model in cfg["models"]:
-        for method in cfg["methods"]:
+    for model in cfg.models:
+        for method in cfg.methods:
             mine = table[(table["model"] == model_name(model))
                          & (table["method"] == METHODS[method].label)]
             pick = mine[mine["lr choice"].isin(CHOICES)]
             if len(pick) != 1:
                 missing.append(f"{model_name(model)}/{method}")
                 continue
-            if float(pick["lr"].iloc[0]) not in cfg["lr_grid"][method]:
+            if float(pick["lr"].iloc[0]) not in cfg.lr_grid[method]:
                 raise ValueError(f"chosen_lrs: {path} chose lr {pick['lr'].iloc[0]:g} for "
-                                 f"{method}, outside its lr_grid {cfg['lr_grid'][method]}: the "
+                                 f"{method}, outside its lr_grid {cfg.lr_grid[method]}: the "
                                  f"table is another sweep's")
             rows.append(dict(model=model, method=method, lr=float(pick["lr"].iloc[0]),
                              grid=len(mine), bracketed=pick["lr choice"].iloc[0] == "chosen"))
@@ -296,7 +296,7 @@ def read_chosen(cfg: Config) -> pd.DataFrame:
 def at_chosen(runs: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The runs at each method's chosen lr, every seed of `seeds`."""
     chosen = choose(runs, cfg)["lr"]
-    keep = [chosen.get((m, meth)) == lr and s in cfg["seeds"]
+    keep = [chosen.get((m, meth)) == lr and s in cfg.seeds
             for m, meth, lr, s in zip(runs["model"], runs["method"], runs["lr"], runs["seed"],
                                       strict=True)]
     return runs[keep].reset_index(drop=True)

@@ -60,14 +60,14 @@ def sweep_table(runs: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     rows of the table the lrs were read from for `cfg`'s models and methods, as they are."""
     if reads_chosen(cfg):
         table = pd.read_csv(chosen_lrs_path(cfg))
-        keep = (table["model"].isin([model_name(m) for m in cfg["models"]])
-                & table["method"].isin([METHODS[m].label for m in cfg["methods"]]))
+        keep = (table["model"].isin([model_name(m) for m in cfg.models])
+                & table["method"].isin([METHODS[m].label for m in cfg.methods]))
         return table[keep].reset_index(drop=True)
     chosen = choose(runs, cfg)
-    swept = runs[runs["seed"] == cfg["sweep_seed"]]
+    swept = runs[runs["seed"] == cfg.sweep_seed]
     rows = []
     for r in swept.itertuples():
-        if (r.model, r.method) not in chosen.index or r.lr not in cfg["lr_grid"][r.method]:
+        if (r.model, r.method) not in chosen.index or r.lr not in cfg.lr_grid[r.method]:
             continue
         pick = chosen.loc[(r.model, r.method)]
         mark = ("" if r.lr != pick["lr"] else "not swept" if pick["grid"] == 1
@@ -107,10 +107,10 @@ def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     the policy before RL, with Holm-adjusted p-values over every test of the table."""
     chosen = choose(runs, cfg)["lr"]
     rows, tests = [], []
-    for model in cfg["models"]:
+    for model in cfg.models:
         base = _per_problem(problems, model, BASE, None)
         reference = _per_problem(problems, model, REFERENCE, chosen[(model, REFERENCE)])
-        for method in cfg["methods"]:
+        for method in cfg.methods:
             lr = chosen[(model, method)]
             mine = _per_problem(problems, model, method, lr)
             row: dict[str, Any] = dict(model=model, method=method, lr=lr,
@@ -133,7 +133,7 @@ def paired_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config
 
 
 def significant(p: float, cfg: Config) -> bool:
-    return bool(p < cfg["alpha"])
+    return bool(p < cfg.alpha)
 
 
 # ---------------------------------------------------------------- tables
@@ -164,13 +164,13 @@ def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     grid = choose(runs, cfg)["grid"]
     final = at_chosen(runs, cfg)
     rows = []
-    for model in cfg["models"]:
+    for model in cfg.models:
         first = tests.loc[(model, REFERENCE)]
         before = {"model": model_name(model), "method": _label(BASE), "lr": "—",
                   **{f"{m} pass@1, %": f"{first[f'{m}_before']:.1f}"
                      for m in measured(problems)}}
         rows.append(before)
-        for method in cfg["methods"]:
+        for method in cfg.methods:
             t = tests.loc[(model, method)]
             r = final[(final["model"] == model) & (final["method"] == method)]
             rows.append({
@@ -181,7 +181,7 @@ def comparison_table(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                                                           t[f"{m}_vs_dense_p"], cfg)
                    for m in measured(problems)},
                 **{f"{task} greedy, %": _mean_sd(r[f"{task} greedy"])
-                   for task in cfg["extra_eval_tasks"]},
+                   for task in cfg.extra_eval_tasks},
                 "reported 27B GSM8K, %": _reported(method, "gsm"),
                 "reported 27B MATH, %": _reported(method, "math"),
                 "optimizer state, MB": f"{r['state_bytes'].mean() / 1e6:.3g}",
@@ -219,14 +219,14 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _scale_text(runs: pd.DataFrame, cfg: Config) -> str:
-    models = ", ".join(model_name(m) for m in cfg["models"])
-    config = grpo_config(cfg, Run(model=cfg["models"][0], method=REFERENCE,
-                                  seed=cfg["seeds"][0]))
-    source = (f"lrs of the sweep in {cfg['chosen_lrs']}" if reads_chosen(cfg)
+    models = ", ".join(model_name(m) for m in cfg.models)
+    config = grpo_config(cfg, Run(model=cfg.models[0], method=REFERENCE,
+                                  seed=cfg.seeds[0]))
+    source = (f"lrs of the sweep in {cfg.chosen_lrs}" if reads_chosen(cfg)
               else "lrs swept here")
-    return (f"{cfg['scale']}: {models}, {int(runs['steps'].max())} GRPO steps on "
+    return (f"{cfg.scale}: {models}, {int(runs['steps'].max())} GRPO steps on "
             f"{config.task} ({config.prompts_per_step} × {config.group_size}), "
-            f"{len(cfg['seeds'])} seed(s) at each method's chosen lr ({source})")
+            f"{len(cfg.seeds)} seed(s) at each method's chosen lr ({source})")
 
 
 def _dense_learned(t: pd.Series, cfg: Config) -> bool:
@@ -241,7 +241,7 @@ def c7_pairs(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.Data
     learned (significantly above the policy before RL on some measure)."""
     tests = paired_table(runs, problems, cfg).set_index(["model", "method"])
     rows = []
-    for model in cfg["models"]:
+    for model in cfg.models:
         dense, logra = tests.loc[(model, REFERENCE)], tests.loc[(model, "logra")]
         for m in measured(problems):
             diff, p = logra[f"{m}_vs_dense"], logra[f"{m}_vs_dense_p"]
@@ -271,9 +271,9 @@ def c7_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> ClaimRo
     if verdict == "reproduced" and not pairs["adamw_learned"].all():
         verdict = "partly"
         text += "; capped at partly: dense AdamW did not improve on the policy before RL"
-    if len(cfg["seeds"]) == 1:
+    if len(cfg.seeds) == 1:
         text += " (one seed: the tests cover the problems drawn, not the seed)"
-    if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg["models"]):
+    if not any(grpo_runs.is_real_scale(cfg, m) for m in cfg.models):
         text += "; proxy analogue of the claim"
     return ClaimRow("C7", C7_REPORTED, text, _scale_text(runs, cfg), verdict)
 
@@ -288,11 +288,11 @@ def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> ClaimRo
     chosen = choose(runs, cfg)["lr"]
     big = SCALES["27b"].hub_id
     parts, hits, total = [], 0, 0
-    if big in cfg["models"]:
+    if big in cfg.models:
         final = at_chosen(runs, cfg)
-        tol = cfg["c8_tolerance"]
+        tol = cfg.c8_tolerance
         columns = {"greedy": grpo_config(cfg, Run(model=big, method="logra", seed=0)).task,
-                   **{f"{t} greedy": t for t in cfg["extra_eval_tasks"]}}
+                   **{f"{t} greedy": t for t in cfg.extra_eval_tasks}}
         for column, task in columns.items():
             family = get_task(task).family.name
             if family not in REPORTED_27B["logra"]:
@@ -309,7 +309,7 @@ def c8_claim(runs: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> ClaimRo
         scale = _scale_text(runs, cfg)
     else:
         tests = []
-        for model in cfg["models"]:
+        for model in cfg.models:
             logra = _per_problem(problems, model, "logra", chosen[(model, "logra")])
             lora = _per_problem(problems, model, "lora", chosen[(model, "lora")])
             tests += [(model, m, paired(logra, lora, m)) for m in measured(problems)]
@@ -329,10 +329,10 @@ def gpu_rows(cfg: Config) -> list[ClaimRow]:
     """"needs GPU scale" rows, with the commands, for the reported scales not run here."""
     rows = []
     for scale in ("1.5b", "7b"):
-        if SCALES[scale].hub_id not in cfg["models"]:
+        if SCALES[scale].hub_id not in cfg.models:
             rows.append(ClaimRow("C7", C7_REPORTED, _gpu_text(scale), scale.upper(),
                                  "needs GPU scale"))
-    if SCALES["27b"].hub_id not in cfg["models"]:
+    if SCALES["27b"].hub_id not in cfg.models:
         text = (_gpu_text("27b") + "; LoGRA alone on one 8×80 GB node (TRL + FSDP2): "
                 "`accelerate launch --config_file experiments/launch/accelerate_fsdp2_8gpu.yaml "
                 "scripts/trl_grpo.py --config experiments/launch/trl_grpo_27b.yaml`")
@@ -363,17 +363,17 @@ def plot_sweep(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Held-out pass@1 after RL against lr at `sweep_seed`, a line per method (its registry
     colour), the chosen lr ringed, the policy before RL dashed; a row per model, a column per
     measure."""
-    models = cfg["models"]
+    models = cfg.models
     fig, axes = plt.subplots(len(models), len(measured(runs)), figsize=(11, 3.8 * len(models)),
                              squeeze=False, layout="constrained")
     chosen = choose(runs, cfg)["lr"]
-    swept = runs[runs["seed"] == cfg["sweep_seed"]]
+    swept = runs[runs["seed"] == cfg.sweep_seed]
     for row, model in enumerate(models):
         for col, measure in enumerate(measured(runs)):
             ax = axes[row, col]
-            for method in cfg["methods"]:
+            for method in cfg.methods:
                 points = swept[(swept["model"] == model) & (swept["method"] == method)
-                               & swept["lr"].isin(cfg["lr_grid"][method])].sort_values("lr")
+                               & swept["lr"].isin(cfg.lr_grid[method])].sort_values("lr")
                 color = METHODS[method].color
                 ax.plot(points["lr"], 100 * points[measure], marker="o", color=color,
                         ls=METHODS[method].style, label=METHODS[method].label)
@@ -389,7 +389,7 @@ def plot_sweep(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
             ax.grid(alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
-    fig.suptitle(f"The lr sweep, seed {cfg['sweep_seed']} (ringed: the chosen lr)", fontsize=11)
+    fig.suptitle(f"The lr sweep, seed {cfg.sweep_seed} (ringed: the chosen lr)", fontsize=11)
     return fig
 
 
@@ -397,7 +397,7 @@ def plot_accuracy(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Held-out greedy and sampled pass@1 per method at its chosen lr: bars = mean over seeds,
     dots = seeds (seaborn's barplot and swarmplot), dashed = before RL; a row per model."""
     final = at_chosen(runs, cfg)
-    methods, models = cfg["methods"], cfg["models"]
+    methods, models = cfg.methods, cfg.models
     labels = [METHODS[m].label for m in methods]
     colors = palette(methods)
     long = final.melt(id_vars=["model", "method", "seed"], value_vars=measured(final),
@@ -442,7 +442,7 @@ def plot_cost(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Optimizer-state bytes and median step time per method at its chosen lr (a bar per
     model)."""
     final = at_chosen(runs, cfg)
-    methods, models = cfg["methods"], cfg["models"]
+    methods, models = cfg.methods, cfg.models
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.5 * len(methods) * len(models) + 1.8))
     height = 0.8 / len(models)
     hatches = ["", "//", "..", "xx"]
@@ -491,7 +491,7 @@ def plot_training(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
         lambda r: r.rolling(SMOOTH_STEPS, min_periods=1).mean())
     steps = steps[steps["step"] > 1]  # step 1 samples from π_ref: KL 0
     steps = steps.assign(kl=steps["kl"].clip(lower=KL_FLOOR))  # a policy that never moved
-    models = cfg["models"]
+    models = cfg.models
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False,
                              layout="constrained")
     for row, model in enumerate(models):
@@ -499,7 +499,7 @@ def plot_training(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
                 (("kl", "KL(π_θ ‖ π_ref) per token"),
                  ("reward", f"training reward ({SMOOTH_STEPS}-step mean)"))):
             ax = axes[row, col]
-            for method in cfg["methods"]:
+            for method in cfg.methods:
                 data = steps[(steps["model"] == model) & (steps["method"] == method)]
                 spec = METHODS[method]
                 line_with_band(ax, data, "step", column, band=data["seed"].nunique() > 1,

@@ -127,18 +127,18 @@ def _yaml(value: Any) -> str:
     return str(value)
 
 
-def is_real_scale(cfg: Mapping[str, Any], model: str | None = None) -> bool:
+def is_real_scale(cfg: GRPOExperiment, model: str | None = None) -> bool:
     """Whether the runs of `cfg` use a hub model (GPU scale) rather than a proxy built here."""
-    model = model or grpo.resolve(scale=cfg["grpo_scale"],
+    model = model or grpo.resolve(scale=cfg.grpo_scale,
                                   **({"model": cfg["model"]} if cfg.get("model") else {})).model
     return not (model in SCALES and SCALES[model].is_proxy) and not Path(model).is_dir()
 
 
-def prepare_inputs(cfg: Mapping[str, Any], models: list[str], tasks: list[str]) -> None:
+def prepare_inputs(results_dir: str | Path, models: list[str], tasks: list[str]) -> None:
     """Build missing proxies and generate the task data in this process, before any worker
     starts (workers must not build the same proxy or write the same cache at once); both under
     <results_dir> (models/, data/), where the runs look for them."""
-    results = Path(cfg["results_dir"])
+    results = Path(results_dir)
     for model in models:
         if model in SCALES:
             prepare(model, root=results / "models", data_dir=results / "data")

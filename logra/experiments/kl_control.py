@@ -79,7 +79,7 @@ def _points(cfg: Config) -> list[tuple[str, float, float | None]]:
     `predicted_kl_threshold`, for a controlled method, and None for the others. ValueError
     naming a bad entry."""
     points = []
-    for entry in cfg["points"]:  # [method, lr] or [method, lr, δ]: the type says so
+    for entry in cfg.points:  # [method, lr] or [method, lr, δ]: the type says so
         method, lr, *delta = entry
         if method not in METHODS:
             raise ValueError(f"points: unknown method {method!r}; valid: {list(METHODS)}")
@@ -88,7 +88,7 @@ def _points(cfg: Config) -> list[tuple[str, float, float | None]]:
         controlled = METHODS[method].controlled
         if delta and not controlled:
             raise ValueError(f"points: {entry!r}: {method!r} has no KL control to give a δ")
-        value = (delta[0] if delta else cfg["predicted_kl_threshold"]) if controlled else None
+        value = (delta[0] if delta else cfg.predicted_kl_threshold) if controlled else None
         if controlled and not (isinstance(value, int | float) and value > 0):
             raise ValueError(f"points: {entry!r}: δ must be a positive number")
         points.append((method, float(lr), value))
@@ -150,19 +150,19 @@ def plan(cfg: Config) -> list[Run]:
     (each budget run also has its `setting`, its name in `budget_runs`, and the GRPO keys that
     setting gives), each evaluated before and after training."""
     runs = []
-    if "frontier" in cfg["studies"]:
+    if "frontier" in cfg.studies:
         runs += [Run(study="frontier", method=method, lr=lr, delta=delta, seed=seed,
-                     eval_every=cfg["steps"])
-                 for method, lr, delta in _points(cfg) for seed in cfg["seeds"]]
-    if "budget" not in cfg["studies"]:
+                     eval_every=cfg.steps)
+                 for method, lr, delta in _points(cfg) for seed in cfg.seeds]
+    if "budget" not in cfg.studies:
         return runs
     # the budget is judged on the probe, not the noisy batch KL
-    probe = (("drift_probe_every", cfg["budget_probe_every"]),
-             ("drift_probe_prompts", cfg["budget_probe_prompts"]))
-    runs += [Run(study="budget", method=cfg["budget_method"], lr=cfg["budget_lr"], seed=seed,
-                 setting=setting, steps=cfg["budget_steps"], eval_every=cfg["budget_steps"],
+    probe = (("drift_probe_every", cfg.budget_probe_every),
+             ("drift_probe_prompts", cfg.budget_probe_prompts))
+    runs += [Run(study="budget", method=cfg.budget_method, lr=cfg.budget_lr, seed=seed,
+                 setting=setting, steps=cfg.budget_steps, eval_every=cfg.budget_steps,
                  keys=(*sorted((keys or {}).items()), *probe))
-             for setting, keys in cfg["budget_runs"].items() for seed in cfg["budget_seeds"]]
+             for setting, keys in cfg.budget_runs.items() for seed in cfg.budget_seeds]
     return runs
 
 
@@ -185,10 +185,10 @@ def run(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]
     of the module docstring."""
     runs = plan(cfg)
     configs = [grpo_config(cfg, r) for r in runs]
-    grpo_runs.prepare_inputs(cfg, [configs[0].model], [configs[0].task])
+    grpo_runs.prepare_inputs(cfg.results_dir, [configs[0].model], [configs[0].task])
     order = sorted(range(len(runs)),  # the longest first
                    key=lambda i: -METHODS[runs[i].method].cost * configs[i].steps)
-    results = run_jobs([(_job, (configs[i],)) for i in order], cfg["workers"], EXPERIMENT,
+    results = run_jobs([(_job, (configs[i],)) for i in order], cfg.workers, EXPERIMENT,
                        progress)
     done = dict(zip(order, results, strict=True))
     frames, problems = [], []
@@ -239,21 +239,21 @@ def control_cost(cfg: Config, progress: bool = True) -> pd.DataFrame:
 
     torch.set_num_threads(1)
     rows = []
-    for prompts, samples in cfg["cost_batches"]:
+    for prompts, samples in cfg.cost_batches:
         trainers = {}
         for name, keys in COST_SETTINGS.items():
-            config = grpo.resolve(scale=cfg["grpo_scale"], model=cfg["model"], task=cfg["task"],
-                                  lr=cfg["cost_lr"], rank=cfg["rank"], prompts_per_step=prompts,
-                                  group_size=samples, max_new_tokens=cfg["max_new_tokens"],
-                                  results_dir=cfg["results_dir"], eval_prompts=8, **keys)
+            config = grpo.resolve(scale=cfg.grpo_scale, model=cfg.model, task=cfg.task,
+                                  lr=cfg.cost_lr, rank=cfg.rank, prompts_per_step=prompts,
+                                  group_size=samples, max_new_tokens=cfg.max_new_tokens,
+                                  results_dir=cfg.results_dir, eval_prompts=8, **keys)
             trainers[name] = runner.Trainer(config, progress=False)
         seconds: dict[str, list[float]] = {name: [] for name in trainers}
-        total = cfg["cost_rounds"] * len(trainers)
+        total = cfg.cost_rounds * len(trainers)
         bar = tqdm(total=total, desc=f"cost {prompts}x{samples}", disable=not progress)
-        for round_ in range(cfg["cost_rounds"]):
+        for round_ in range(cfg.cost_rounds):
             for name, trainer in trainers.items():
-                for t in range(1, cfg["cost_steps"] + 1):
-                    record = trainer.step(round_ * cfg["cost_steps"] + t)
+                for t in range(1, cfg.cost_steps + 1):
+                    record = trainer.step(round_ * cfg.cost_steps + t)
                     if round_ > 0:
                         seconds[name].append(record["seconds"])
                 bar.update()

@@ -52,20 +52,20 @@ def per_run(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.Data
     for key, r in frame.groupby(KEYS, dropna=False, sort=False):
         r = r.sort_values("step")
         train = r[r["step"] >= 1]
-        smooth = train["kl"].rolling(cfg["smooth_steps"], min_periods=1).mean()
-        above = train["step"][smooth.to_numpy() > cfg["runaway_kl"]]
+        smooth = train["kl"].rolling(cfg.smooth_steps, min_periods=1).mean()
+        above = train["step"][smooth.to_numpy() > cfg.runaway_kl]
         keys = dict(zip(KEYS, key, strict=True))
         evaluated = problems[_match(problems, keys)]
         before = problems[(problems["method"] == BASE) & (problems["seed"] == keys["seed"])]
         rows.append(dict(
             keys,
-            final_kl=train["kl"].tail(cfg["final_steps"]).mean(),
+            final_kl=train["kl"].tail(cfg.final_steps).mean(),
             peak_kl=float(smooth.max()),
             first_runaway_step=int(above.iloc[0]) if len(above) else math.nan,
             clipped=100 * train["clipped"].astype(float).mean(),
             median_gamma=train["gamma"].median(),
             median_step_kl=train["step_kl"].median(),
-            reward=train["reward"].tail(cfg["final_steps"]).mean(),
+            reward=train["reward"].tail(cfg.final_steps).mean(),
             final_beta=float(train["beta"].iloc[-1]),
             **{m: evaluated[m].mean() for m in MEASURES},
             **{f"{m}_before": before[m].mean() for m in MEASURES},
@@ -210,7 +210,7 @@ def budget_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
             "final KL to ref, mean": r["final_kl"].mean(),
             "final KL, seed min": r["final_kl"].min(), "final KL, seed max": r["final_kl"].max(),
             "highest KL of any batch": mine.groupby("seed")["kl"].max().max(),
-            f"highest {cfg['smooth_steps']}-step mean KL": r["peak_kl"].max(),
+            f"highest {cfg.smooth_steps}-step mean KL": r["peak_kl"].max(),
             "final probed KL, mean": probes.last().mean(),
             "highest probed KL": probes.max().max(),
             "steps cut (%)": r["clipped"].mean(), "final β": r["final_beta"].mean(),
@@ -238,14 +238,14 @@ def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     table = frontier_table(stress, problems, cfg)
     runs = per_run(stress, problems, cfg)
     first = _point_groups(runs)["first_runaway_step"]
-    table.insert(len(table.columns) - 1, f"first step with KL > {cfg['runaway_kl']:g}",
+    table.insert(len(table.columns) - 1, f"first step with KL > {cfg.runaway_kl:g}",
                  [_steps_text(s) for _, s in first])
     return table
 
 
 def _stress_runs(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     runs = _runs(frame, "frontier")
-    return runs[runs["lr"] == cfg["stress_lr"]]
+    return runs[runs["lr"] == cfg.stress_lr]
 
 
 def _steps_text(steps: pd.Series) -> str:
@@ -258,7 +258,7 @@ def _steps_text(steps: pd.Series) -> str:
 
 def _scale_text(frame: pd.DataFrame, cfg: Config) -> str:
     example = grpo_config(cfg, plan(cfg)[0])
-    return (f"{cfg['scale']}: {example.model}, lr {cfg['stress_lr']:g}, {cfg['steps']} GRPO "
+    return (f"{cfg.scale}: {example.model}, lr {cfg.stress_lr:g}, {cfg.steps} GRPO "
             f"steps ({example.prompts_per_step} × {example.group_size}), "
             f"{_stress_runs(frame, cfg)['seed'].nunique()} seed(s)")
 
@@ -275,15 +275,15 @@ def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     dense = runs[runs["method"] == "adamw"]
     if naive.empty or dense.empty:
         raise ValueError("C5 (stress) needs the naive and dense AdamW runs at stress_lr")
-    window = cfg["c5_window"][1]
+    window = cfg.c5_window[1]
     ran = naive["first_runaway_step"] <= window
     dense_first = dense["first_runaway_step"].min()
-    text = (f"lr {cfg['stress_lr']:g}: peak KL to the reference ({cfg['smooth_steps']}-step "
+    text = (f"lr {cfg.stress_lr:g}: peak KL to the reference ({cfg.smooth_steps}-step "
             f"mean) naive projection {_span(naive['peak_kl'])}, dense AdamW "
-            f"{_span(dense['peak_kl'])} nats/token; above {cfg['runaway_kl']:g} within "
+            f"{_span(dense['peak_kl'])} nats/token; above {cfg.runaway_kl:g} within "
             f"{window} steps: naive {int(ran.sum())}/{len(naive)} seeds, dense AdamW from step "
             f"{_steps_text(dense['first_runaway_step'])}; greedy pass@1 after "
-            f"{cfg['steps']} steps: naive {_pct(naive['greedy'])}, dense AdamW "
+            f"{cfg.steps} steps: naive {_pct(naive['greedy'])}, dense AdamW "
             f"{_pct(dense['greedy'])} (start {_pct(dense['greedy_before'])})")
     if ran.all() and not dense_first <= naive["first_runaway_step"].max():
         verdict = "reproduced"
@@ -310,12 +310,12 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
         for delta, held in runs[runs["method"] == method].groupby("delta", sort=True):
             if free.empty:
                 continue
-            ran_away = bool((free["peak_kl"] > cfg["runaway_kl"]).any())
-            contained = bool((held["peak_kl"] <= cfg["runaway_kl"]).all())
+            ran_away = bool((free["peak_kl"] > cfg.runaway_kl).any())
+            contained = bool((held["peak_kl"] <= cfg.runaway_kl).all())
             better = held["greedy"].mean() >= free["greedy"].mean()
             shrink = free["peak_kl"].max() / max(held["peak_kl"].max(), KL_FLOOR)
             outcomes.append("prevented" if ran_away and contained and better else
-                            "reduced" if ran_away and shrink >= cfg["c6_factor"] else
+                            "reduced" if ran_away and shrink >= cfg.c6_factor else
                             "no runaway" if not ran_away else "not prevented")
             parts.append(f"{METHODS[method].short}: peak KL {_span(free['peak_kl'])} without "
                          f"control, {_span(held['peak_kl'])} with δ = {delta:g} (clipped "
@@ -327,7 +327,7 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     verdict = ("reproduced" if all(o == "prevented" for o in outcomes) else
                "partly" if any(o in ("prevented", "reduced") for o in outcomes) else
                "not reproduced")
-    text = "; ".join(parts) + f" (runaway: KL > {cfg['runaway_kl']:g}; outcome {outcomes})"
+    text = "; ".join(parts) + f" (runaway: KL > {cfg.runaway_kl:g}; outcome {outcomes})"
     return ClaimRow("C6", "predicted-KL step control prevents the KL collapse (proxy stress test)",
                     text, _scale_text(frame, cfg), verdict)
 
@@ -407,7 +407,7 @@ def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short axis
         ax.set_xlabel(f"final KL(π_θ ‖ π_ref), nats/token (mean of the last "
-                      f"{cfg['final_steps']} steps)")
+                      f"{cfg.final_steps} steps)")
         ax.set_ylabel(f"held-out {measure} pass@1 (%)")
         ax.set_title(f"{measure} pass@1 against the drift from the reference\n(arrows: from the "
                      "same lr without control to with it)", fontsize=10)
@@ -436,12 +436,12 @@ def plot_runs(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
                            color=spec.color, ls=spec.style, lw=1.4,
                            label=label if column == "kl" else None)
     ax_kl.set_yscale("log")
-    ax_kl.axhline(cfg["runaway_kl"], color="grey", ls=":", lw=1)
+    ax_kl.axhline(cfg.runaway_kl, color="grey", ls=":", lw=1)
     ax_kl.set_ylabel("KL(π_θ ‖ π_ref) (nats/token)")
     ax_gamma.set_ylabel("step scale γ")
     ax_gamma.set_ylim(0, 1.05)
-    ax_kl.set_title(f"KL to the reference at lr {cfg['stress_lr']:g} (dotted: "
-                    f"{cfg['runaway_kl']:g})", fontsize=10)
+    ax_kl.set_title(f"KL to the reference at lr {cfg.stress_lr:g} (dotted: "
+                    f"{cfg.runaway_kl:g})", fontsize=10)
     ax_gamma.set_title("γ = min(1, √(δ / KL̂)) of the controlled runs", fontsize=10)
     for ax in (ax_kl, ax_gamma):
         ax.set_xlabel("GRPO step")
@@ -471,7 +471,7 @@ def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                        marker="o", ms=3.5, mec="black", mew=0.4)
         _errorbar(ax_acc, summary[summary["setting"] == setting], "greedy", color=color,
                   marker="o", label=setting)
-    for keys in cfg["budget_runs"].values():
+    for keys in cfg.budget_runs.values():
         if keys and keys.get("kl_drift_budget"):
             ax_kl.axhline(keys["kl_drift_budget"], color="grey", ls=":", lw=1)
     start = 100 * summary["greedy_before"].mean()
@@ -486,8 +486,8 @@ def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     ax_acc.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 0.02, 0.05, 0.1, 0.2: a short
     ax_acc.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))  # axis, readable
     ax_acc.xaxis.set_minor_formatter(NullFormatter())  # (minor labels overlap)
-    ax_acc.set_xlabel(f"final KL to the reference (mean of the last {cfg['final_steps']} steps)")
-    ax_acc.set_ylabel(f"greedy pass@1 on {cfg['eval_prompts']:,} held-out problems (%)")
+    ax_acc.set_xlabel(f"final KL to the reference (mean of the last {cfg.final_steps} steps)")
+    ax_acc.set_ylabel(f"greedy pass@1 on {cfg.eval_prompts:,} held-out problems (%)")
     ax_acc.set_title("accuracy at the KL each control ends at (bars: seed range)", fontsize=10)
     for ax in (ax_kl, ax_acc):
         ax.grid(alpha=0.3)

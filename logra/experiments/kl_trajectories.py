@@ -98,7 +98,7 @@ def config(scale: str = "default", **overrides: Any) -> Config:
 
 def method_lr(cfg: Config, method: str) -> float | None:
     """The lr of `method`'s runs: `method_lr`'s, else `lr` (None: grpo.yaml's)."""
-    return (cfg["method_lr"] or {}).get(method, cfg["lr"])
+    return (cfg.method_lr or {}).get(method, cfg.lr)
 
 
 def grpo_config(cfg: Config, method: str, seed: int) -> grpo.GRPOConfig:
@@ -106,16 +106,16 @@ def grpo_config(cfg: Config, method: str, seed: int) -> grpo.GRPOConfig:
     training (as notebooks 04 and 09 build theirs, so equal settings share a run)."""
     return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=method, seed=seed,
                                                     lr=method_lr(cfg, method),
-                                                    eval_every=cfg["steps"]))
+                                                    eval_every=cfg.steps))
 
 
 def calibration_config(cfg: Config, seed: int) -> grpo.GRPOConfig:
     """LoGRA gain predicting every step's KL with the calibrated estimate and an infinite
     budget (never clips), at the GRPO keys of `calibration_keys`."""
-    config = grpo_runs.grpo_config({**cfg, **cfg["calibration_keys"]},
+    config = grpo_runs.grpo_config({**cfg, **cfg.calibration_keys},
                                    grpo_runs.Run(method="logra", seed=seed))
     return config.replace(kl_estimator="calibrated", predicted_kl_threshold=math.inf,
-                          steps=cfg["calibration_steps"])
+                          steps=cfg.calibration_steps)
 
 
 # ---------------------------------------------------------------- running
@@ -168,23 +168,23 @@ def calibration_run(config: grpo.GRPOConfig) -> pd.DataFrame:
 def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
     """Every (method, seed) run and the calibration runs of `cfg`, as one tidy frame
     (columns: method, seed, then `logra.rl.COLUMNS`, then jvp_kl)."""
-    configs = {(m, s): grpo_config(cfg, m, s) for m in cfg["methods"] for s in cfg["seeds"]}
-    calibrations = {s: calibration_config(cfg, s) for s in cfg["calibration_seeds"]}
+    configs = {(m, s): grpo_config(cfg, m, s) for m in cfg.methods for s in cfg.seeds}
+    calibrations = {s: calibration_config(cfg, s) for s in cfg.calibration_seeds}
     first = next(iter(configs.values()))
-    prepare_inputs(cfg, [first.model], [first.task])
+    prepare_inputs(cfg.results_dir, [first.model], [first.task])
     jobs: list[tuple[str, Any, Callable, grpo.GRPOConfig]] = [
         (m, s, grpo_job, c) for (m, s), c in configs.items()]
     jobs += [("calibration", s, calibration_run, c) for s, c in calibrations.items()]
     cost = {**{m: spec.cost for m, spec in METHODS.items()}, "calibration": 1.6}
     jobs.sort(key=lambda job: -cost[job[0]] * job[3].steps)
-    results = run_jobs([(fn, (c,)) for _, _, fn, c in jobs], cfg["workers"], EXPERIMENT,
+    results = run_jobs([(fn, (c,)) for _, _, fn, c in jobs], cfg.workers, EXPERIMENT,
                        progress)
     frames = [records.assign(method=m, seed=s)
               for (m, s, _, _), records in zip(jobs, results, strict=True)]
     frame = pd.concat(frames, ignore_index=True)
     if "jvp_kl" not in frame:
         frame["jvp_kl"] = np.nan
-    order = {m: i for i, m in enumerate([*cfg["methods"], "calibration"])}
+    order = {m: i for i, m in enumerate([*cfg.methods, "calibration"])}
     frame = frame.sort_values(["method", "seed", "step"], key=lambda col: col.map(order)
                               if col.name == "method" else col, kind="stable")
     return frame[["method", "seed", *runner.COLUMNS, "jvp_kl"]].reset_index(drop=True)

@@ -52,18 +52,18 @@ def trajectory_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """One row per method: final and peak KL, step KL, the control's γ, reward, step time
     (held-out accuracy of the final policies: the comparison notebook)."""
     runs = trajectories(frame)
-    finals = final_kl(frame, cfg["final_steps"])
+    finals = final_kl(frame, cfg.final_steps)
     rows = []
-    for method in cfg["methods"]:
+    for method in cfg.methods:
         r = runs[runs["method"] == method]
         f = finals.loc[method]
         peaks = r.groupby("seed")["kl"].max()
         rows.append({
             "method": METHODS[method].label,
-            "lr": grpo_config(cfg, method, cfg["seeds"][0]).lr,
+            "lr": grpo_config(cfg, method, cfg.seeds[0]).lr,
             "seeds": r["seed"].nunique(),
             "steps": int(r["step"].max()),
-            f"final KL (last {cfg['final_steps']} steps), mean": f.mean(),
+            f"final KL (last {cfg.final_steps} steps), mean": f.mean(),
             "final KL, seed min": f.min(),
             "final KL, seed max": f.max(),
             "peak KL, mean": peaks.mean(),
@@ -208,13 +208,13 @@ def summary(frame: pd.DataFrame, cfg: Config) -> str:
     """A few sentences read off the numbers: final KL against dense AdamW's, how often the
     control cut a step, and the calibration factors."""
     runs = trajectories(frame)
-    finals = final_kl(frame, cfg["final_steps"]).groupby(level=0).mean()
+    finals = final_kl(frame, cfg.final_steps).groupby(level=0).mean()
     lines = []
     if "adamw" in finals.index and finals["adamw"] > 0:
         ratios = ", ".join(f"{METHODS[m].label} {finals[m] / finals['adamw']:.2g}×"
-                           for m in cfg["methods"] if m != "adamw")
+                           for m in cfg.methods if m != "adamw")
         lines.append(f"Final KL to the reference relative to dense AdamW's: {ratios}.")
-    for method in cfg["methods"]:
+    for method in cfg.methods:
         if METHODS[method].controlled:
             r = runs[runs["method"] == method]
             lines.append(f"{METHODS[method].label}: γ < 1 on {int(r['clipped'].sum())} of "
@@ -232,8 +232,8 @@ def summary(frame: pd.DataFrame, cfg: Config) -> str:
 
 def _scale_text(frame: pd.DataFrame, cfg: Config) -> str:
     runs = trajectories(frame)
-    model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0]).model
-    return (f"{cfg['scale']}: {model}, {int(runs['step'].max())} GRPO steps, "
+    model = grpo_config(cfg, cfg.methods[0], cfg.seeds[0]).model
+    return (f"{cfg.scale}: {model}, {int(runs['step'].max())} GRPO steps, "
             f"{runs['seed'].nunique()} seed(s), each method at its lr")
 
 
@@ -243,23 +243,23 @@ def c5_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
     `c5_factor` × the highest peak of any dense AdamW seed and `c5_min_kl` nats per token.
     Every seed explodes: reproduced; some: partly; none: not reproduced."""
     _require(frame, ("naive", "adamw"), "C5")
-    runs = trajectories(frame).assign(smooth=lambda f: smoothed(f, "kl", cfg["smooth_steps"]))
-    runs = runs[runs["step"] <= cfg["c5_window"][1]]
+    runs = trajectories(frame).assign(smooth=lambda f: smoothed(f, "kl", cfg.smooth_steps))
+    runs = runs[runs["step"] <= cfg.c5_window[1]]
     dense_peak = runs[runs["method"] == "adamw"]["smooth"].max()
-    threshold = max(cfg["c5_factor"] * dense_peak, cfg["c5_min_kl"])
+    threshold = max(cfg.c5_factor * dense_peak, cfg.c5_min_kl)
     naive = runs[runs["method"] == "naive"]
     peaks = naive.groupby("seed")["smooth"].max()
     exploded = peaks[peaks > threshold]
     first = [int(naive[(naive["seed"] == s) & (naive["smooth"] > threshold)]["step"].min())
              for s in exploded.index]
     horizon = int(runs["step"].max())
-    text = (f"peak KL(π_θ‖π_ref) over steps ≤ {horizon} ({cfg['smooth_steps']}-step mean): "
+    text = (f"peak KL(π_θ‖π_ref) over steps ≤ {horizon} ({cfg.smooth_steps}-step mean): "
             f"naive projection {_range(peaks)} nats/token, dense AdamW {dense_peak:.3g}"
             + _also(runs, ("logra-nokl", "logra"), "smooth", "max")
             + f"; {len(exploded)}/{len(peaks)} naive seeds above {threshold:.3g} "
-            f"(= max({cfg['c5_factor']:g}× AdamW, {cfg['c5_min_kl']:g}))"
+            f"(= max({cfg.c5_factor:g}× AdamW, {cfg.c5_min_kl:g}))"
             + (f", first at steps {first}" if first else ""))
-    if horizon < cfg["c5_window"][0]:
+    if horizon < cfg.c5_window[0]:
         text += f"; only {horizon} steps were run (the claim's window is 50–100)"
     verdict = ("reproduced" if len(exploded) == len(peaks) else
                "partly" if len(exploded) else "not reproduced")
@@ -275,17 +275,17 @@ def c6_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
     (its final KL ≤ 1e-8: no learning signal, as with the smoke policy), nothing is tracked:
     not reproduced."""
     _require(frame, ("logra", "adamw"), "C6")
-    finals = final_kl(frame, cfg["final_steps"])
+    finals = final_kl(frame, cfg.final_steps)
     lo, hi = finals.loc["adamw"].min(), finals.loc["adamw"].max()
     mean = finals.loc["logra"].mean()
-    factor = cfg["c6_factor"]
+    factor = cfg.c6_factor
     verdict = ("not reproduced" if not hi > KL_FLOOR else "reproduced" if lo <= mean <= hi else
                "partly" if lo / factor <= mean <= hi * factor else "not reproduced")
     others = [f"{METHODS[m].label} {finals.loc[m].mean():.3g}"
               for m in ("adamw-kl", "logra-nystrom", "logra-nokl", "naive") if m in finals.index]
     inside = [METHODS[m].label for m in finals.index.get_level_values(0).unique()
               if m != "adamw" and lo <= finals.loc[m].mean() <= hi]
-    text = (f"final KL (mean of the last {cfg['final_steps']} steps): LoGRA gain + control "
+    text = (f"final KL (mean of the last {cfg.final_steps} steps): LoGRA gain + control "
             f"{mean:.3g} (seeds {_range(finals.loc['logra'])}) vs dense AdamW band "
             f"{lo:.3g}–{hi:.3g}; " + ", ".join(others)
             + f"; inside the band: {', '.join(inside) if inside else 'none'}")
@@ -299,11 +299,11 @@ def c6_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
 
 def c6_long_horizon(cfg: Config) -> ClaimRow | None:
     """The 1,100-step half of C6 on a real model, when the runs here are shorter or proxies."""
-    if cfg["steps"] >= 1100 and is_real_scale(cfg):
+    if cfg.steps >= 1100 and is_real_scale(cfg):
         return None
     gpu = config("1.5b")
     example = command(grpo_config(gpu, "logra", 0))
-    text = (f"not run here: {cfg['steps']} steps on a CPU proxy. Command: `logra-repro reproduce "
+    text = (f"not run here: {cfg.steps} steps on a CPU proxy. Command: `logra-repro reproduce "
             f"--scale 1.5b --only {NOTEBOOK}` (every method and seed at 1,100 steps; one run: "
             f"`{example}`)")
     return ClaimRow("C6", C6_REPORTED, text, "1.5B, 1,100 steps", "needs GPU scale")
@@ -349,7 +349,7 @@ def plot_trajectories(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """KL to the reference, the step's own KL, γ of the controlled methods and the reward per
     step: the mean over seeds, the band from the lowest to the highest seed."""
     runs = trajectories(frame).copy()
-    window = cfg["smooth_steps"]
+    window = cfg.smooth_steps
     for column in ("step_kl", "reward"):
         runs[f"{column}_smooth"] = smoothed(runs, column, window)
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex=True)
@@ -364,21 +364,21 @@ def plot_trajectories(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
          f"training reward ({window}-step mean)", None),
     ]
     for ax, column, ylabel, title, floor in panels:
-        for method in cfg["methods"]:
+        for method in cfg.methods:
             if column == "gamma" and not METHODS[method].controlled:
                 continue
             data = runs[runs["method"] == method]
             if column == "kl" and data["step"].max() > 1:  # step 1 samples from π_ref: KL 0
                 data = data[data["step"] > 1]
-            _band(ax, data, column, method, grpo_config(cfg, method, cfg["seeds"][0]).lr,
+            _band(ax, data, column, method, grpo_config(cfg, method, cfg.seeds[0]).lr,
                   floor)
         if floor is not None:
             ax.set_yscale("log")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="major")
-    axes[0, 1].axhline(cfg["predicted_kl_threshold"], color="grey", ls=":", lw=1,
-                       label=f"budget δ = {cfg['predicted_kl_threshold']:g}")
+    axes[0, 1].axhline(cfg.predicted_kl_threshold, color="grey", ls=":", lw=1,
+                       label=f"budget δ = {cfg.predicted_kl_threshold:g}")
     axes[1, 0].set_ylim(0, 1.05)
     for ax in axes[1]:
         ax.set_xlabel("GRPO step")
@@ -388,7 +388,7 @@ def plot_trajectories(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     labels.append(l2[-1])
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False,
                bbox_to_anchor=(0.5, -0.06))
-    model = grpo_config(cfg, cfg["methods"][0], cfg["seeds"][0]).model
+    model = grpo_config(cfg, cfg.methods[0], cfg.seeds[0]).model
     fig.suptitle(f"GRPO on {model}: KL to the reference per step (line: mean over seeds; "
                  "band: lowest to highest seed)", fontsize=11)
     fig.tight_layout()

@@ -124,22 +124,22 @@ def packed_text(cfg: Config, tokenizer) -> Tensor:
     and cut into chunks: (chunks, seq_len) int64."""
     from logra.data import load_task, to_sft
 
-    rows = load_task(cfg["task"], "train", Path(cfg["results_dir"]) / "data")
-    rows = rows.select(range(cfg["text_rows"]))
-    sft = to_sft(rows, cfg["task"])[:]
+    rows = load_task(cfg.task, "train", Path(cfg.results_dir) / "data")
+    rows = rows.select(range(cfg.text_rows))
+    sft = to_sft(rows, cfg.task)[:]
     texts = [p + c for p, c in zip(sft["prompt"], sft["completion"], strict=True)]
     ids = [i for seq in tokenizer(texts)["input_ids"] for i in (*seq, tokenizer.eos_token_id)]
-    chunks = len(ids) // cfg["seq_len"]
-    return torch.tensor(ids[:chunks * cfg["seq_len"]]).view(chunks, cfg["seq_len"])
+    chunks = len(ids) // cfg.seq_len
+    return torch.tensor(ids[:chunks * cfg.seq_len]).view(chunks, cfg.seq_len)
 
 
 def measurement_steps(cfg: Config) -> list[int]:
     """Steps to measure at: every `measure_every`, `log_points` log-spaced from 1, and the first
     two steps of every refresh epoch (where transported state error is largest)."""
-    steps = cfg["steps"]
-    grid = set(range(cfg["measure_every"], steps + 1, cfg["measure_every"]))
-    grid |= {int(s) for s in np.unique(np.geomspace(1, steps, cfg["log_points"]).round())}
-    for period in cfg["refresh_every"]:
+    steps = cfg.steps
+    grid = set(range(cfg.measure_every, steps + 1, cfg.measure_every))
+    grid |= {int(s) for s in np.unique(np.geomspace(1, steps, cfg.log_points).round())}
+    for period in cfg.refresh_every:
         if period is not None:
             grid |= {s + d for s in range(period, steps, period) for d in (1, 2) if s + d <= steps}
     return sorted(grid)
@@ -264,35 +264,35 @@ def _policy(cfg: Config) -> tuple[nn.Module, Any]:
     missing: seconds for smoke)."""
     from logra.models import load_policy, prepare
 
-    results = Path(cfg["results_dir"])
-    return load_policy(str(prepare(cfg["model"], root=results / "models",
+    results = Path(cfg.results_dir)
+    return load_policy(str(prepare(cfg.model, root=results / "models",
                                    data_dir=results / "data", progress=False)))
 
 
 def run(cfg: Config) -> pd.DataFrame:
     """Train the policy for `steps` steps and measure every optimizer on the grid (docstring)."""
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed)
     model, tokenizer = _policy(cfg)
     model.train()
     chunks = packed_text(cfg, tokenizer)
     weights = list(model.parameters())
-    hyper = dict(lr=cfg["lr"], betas=tuple(cfg["betas"]), eps=cfg["eps"],
-                 weight_decay=cfg["weight_decay"])
-    driver_rec, *probes = cfg["reconstructions"]
+    hyper = dict(lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                 weight_decay=cfg.weight_decay)
+    driver_rec, *probes = cfg.reconstructions
     runs: list[Run] = []
-    for period in cfg["refresh_every"]:
+    for period in cfg.refresh_every:
         params = [nn.Parameter(w.detach().clone()) for w in weights]
-        runs.append((period, params, LoGRA(params, rank=cfg["rank"], seed=cfg["seed"],
+        runs.append((period, params, LoGRA(params, rank=cfg.rank, seed=cfg.seed,
                                            predicted_kl_threshold=None, refresh_every=period,
                                            reconstruction=driver_rec, cache_projections=True,
                                            **hyper)))
     shadow_params = [nn.Parameter(w.detach().clone()) for w in weights]
     shadow = torch.optim.AdamW(shadow_params, **hyper)
     grid = set(measurement_steps(cfg))
-    batches = torch.Generator().manual_seed(cfg["seed"])
+    batches = torch.Generator().manual_seed(cfg.seed)
     rows: list[dict[str, Any]] = []
-    for t in range(1, cfg["steps"] + 1):
-        ids = chunks[torch.randint(len(chunks), (cfg["batch_size"],), generator=batches)]
+    for t in range(1, cfg.steps + 1):
+        ids = chunks[torch.randint(len(chunks), (cfg.batch_size,), generator=batches)]
         model.zero_grad(set_to_none=True)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()

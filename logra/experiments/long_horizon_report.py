@@ -45,7 +45,7 @@ def drift_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     table = window_medians(frame, cfg).reset_index()
     order = {m: i for i, m in enumerate(METRICS)}
     table = table.sort_values("metric", key=lambda s: s.map(order), kind="stable")
-    runs = [run_name(p) for p in cfg["refresh_every"]]
+    runs = [run_name(p) for p in cfg.refresh_every]
     table = table.sort_values("run", key=lambda s: s.map(runs.index), kind="stable")
     table["reconstruction"] = table["reconstruction"].replace("", "(state)")
     return table.reset_index(drop=True)
@@ -78,14 +78,14 @@ def c11_claim(frame: pd.DataFrame, cfg: Config, threshold: float | None = None
     transported error is largest) a minority in each window. Raises ValueError if a window holds
     no measurement.
     """
-    tau = cfg["c11_threshold"] if threshold is None else threshold
+    tau = cfg.c11_threshold if threshold is None else threshold
     medians = window_medians(frame, cfg)
     early, safe, late = (f"{w} {cfg[f'{w}_window'][0]}–{cfg[f'{w}_window'][1]}"
                          for w in ("early", "safe", "late"))
     if medians[[early, safe, late]].isna().any().any():
         raise ValueError(f"C11 needs measurements in the windows {early}, {safe} and {late}")
     details, accumulated, drifted = [], [], []
-    for period in cfg["refresh_every"]:
+    for period in cfg.refresh_every:
         name = run_name(period)
         cos = medians.loc[(name, "", "cosine")]
         drift = medians.loc[(name, "", "state_drift")]
@@ -107,7 +107,7 @@ def c11_claim(frame: pd.DataFrame, cfg: Config, threshold: float | None = None
     spans = " → ".join(w.split(" ")[1] for w in (early, safe, late))
     reproduced = (f"medians over steps {spans}; " + "; ".join(details)
                   + f"; drift counts above {tau:g}")
-    scale = (f"{cfg['scale']} ({cfg['model']} proxy, r={cfg['rank']}, {cfg['steps']:,} steps "
+    scale = (f"{cfg.scale} ({cfg.model} proxy, r={cfg.rank}, {cfg.steps:,} steps "
              f"of next-token loss)")
     return ClaimRow(claim="C11", reported=C11_REPORTED, reproduced=reproduced, scale=scale,
                     verdict=verdict)
@@ -150,8 +150,8 @@ def plot_drift(frame: pd.DataFrame, cfg: Config, bins: int = 40) -> plt.Figure:
     """
     fig, axes = plt.subplots(2, 3, figsize=(14.5, 7.6), sharex=True)
     colours = plt.get_cmap("tab10").colors
-    edges = np.geomspace(1, cfg["steps"] + 1, bins + 1)
-    runs = [run_name(p) for p in cfg["refresh_every"]]
+    edges = np.geomspace(1, cfg.steps + 1, bins + 1)
+    runs = [run_name(p) for p in cfg.refresh_every]
     styles = {"gain": "-", "nystrom": "--"}
 
     def draw(ax: plt.Axes, sel: pd.DataFrame, colour: Any, label: str, linestyle: str = "-",
@@ -187,10 +187,10 @@ def plot_drift(frame: pd.DataFrame, cfg: Config, bins: int = 40) -> plt.Figure:
         ax.legend(fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("optimizer step")
-    fig.suptitle(f"Momentum drift over {cfg['steps']:,} steps: LoGRA (r = {cfg['rank']}) against "
-                 f"a shadow AdamW on the same gradients ({cfg['model']} proxy). Lines: median "
+    fig.suptitle(f"Momentum drift over {cfg.steps:,} steps: LoGRA (r = {cfg.rank}) against "
+                 f"a shadow AdamW on the same gradients ({cfg.model} proxy). Lines: median "
                  f"in log-spaced step bins, bands: min–max;\ngrey: the "
-                 f"{_span(cfg['safe_window'])} (\"safe\") and {_span(cfg['late_window'])} "
+                 f"{_span(cfg.safe_window)} (\"safe\") and {_span(cfg.late_window)} "
                  f"(\"beyond 10,000\") windows", fontsize=11)
     fig.tight_layout()
     return fig

@@ -121,7 +121,7 @@ def _options(cfg: Config, variant: str) -> tuple[str, dict]:
     """The optimizer and `counted_state_bytes` options of a row of the state table."""
     if variant not in LABELS:
         raise ValueError(f"unknown variant {variant!r}; valid: {list(LABELS)}")
-    r, er = cfg["rank"], cfg["embedding_rank"]
+    r, er = cfg.rank, cfg.embedding_rank
     return {
         "adamw": ("adamw", {"state_dtype": "float32"}),
         "adamw_bf16": ("adamw", {"state_dtype": "bfloat16"}),
@@ -132,7 +132,7 @@ def _options(cfg: Config, variant: str) -> tuple[str, dict]:
         "apollo": ("apollo", {"rank": r}),
         "apollo_paper": ("apollo", {"rank": r, "store_projection": False}),
         "flora": ("flora", {"rank": r}),
-        "lora": ("lora", {"rank": cfg["lora_rank"]}),
+        "lora": ("lora", {"rank": cfg.lora_rank}),
         "naive": ("naive", {"rank": r}),
         "logra": ("logra", {"rank": r, "embedding_rank": er}),
         "logra_emb_rank": ("logra", {"rank": r, "embedding_rank": r}),
@@ -150,7 +150,7 @@ def option_stats(name: str, optimizer: str, options: tuple) -> ModelStats:
 def stats(cfg: Config, name: str, variant: str) -> ModelStats:
     """Budget statistics of an architecture under a state-table variant (cached)."""
     optimizer, options = _options(cfg, variant)
-    if variant == "adamw" and not cfg["master_weights"]:
+    if variant == "adamw" and not cfg.master_weights:
         options = {"state_dtype": "bfloat16"}  # without fp32 masters AdamW keeps bf16 moments
     return option_stats(name, optimizer, tuple(sorted(options.items())))
 
@@ -162,9 +162,9 @@ def run(cfg: Config) -> pd.DataFrame:
     percent_of_adamw (of AdamW with fp32 states).
     """
     rows = []
-    for name in cfg["models"]:
+    for name in cfg.models:
         dense = option_stats(name, "adamw", (("state_dtype", "float32"),))
-        for variant in cfg["variants"]:
+        for variant in cfg.variants:
             optimizer, options = _options(cfg, variant)
             b = option_stats(name, optimizer, tuple(sorted(options.items()))).state_bytes
             rows.append((architecture(name).label, variant, LABELS[variant], b, dense.params,
@@ -176,7 +176,7 @@ def run(cfg: Config) -> pd.DataFrame:
 def param_counts(cfg: Config) -> pd.DataFrame:
     """Parameter counts of the built architectures beside the published ones."""
     rows = []
-    for name in cfg["models"]:
+    for name in cfg.models:
         arch = architecture(name)
         total, non_emb = count_params(meta_model(name))
         rows.append((arch.label, total, arch.published_params, 100 * (total / arch.published_params
@@ -196,8 +196,8 @@ def budget_frame(cfg: Config) -> pd.DataFrame:
     a = assumptions(cfg)
     seq = a.prompt_length + a.initial_response_length
     rows = []
-    for name in cfg["budget_models"]:
-        for variant in cfg["budget_optimizers"]:
+    for name in cfg.budget_models:
+        for variant in cfg.budget_optimizers:
             parts = budget(stats(cfg, name, variant), seq, a)
             for component, value in parts.items():
                 phase = ("static" if component in STATIC else
@@ -211,17 +211,17 @@ def budget_frame(cfg: Config) -> pd.DataFrame:
 def oom_run(cfg: Config) -> pd.DataFrame:
     """Peak per-GPU memory at every step of the default RL run, for the OOM model."""
     a = assumptions(cfg)
-    frame = simulate({LABELS[v]: stats(cfg, cfg["oom_model"], v)
-                      for v in cfg["oom_optimizers"]}, a)
-    return frame.assign(model=architecture(cfg["oom_model"]).label)
+    frame = simulate({LABELS[v]: stats(cfg, cfg.oom_model, v)
+                      for v in cfg.oom_optimizers}, a)
+    return frame.assign(model=architecture(cfg.oom_model).label)
 
 
 def oom_curve(cfg: Config, growth_rates: list[float] | None = None) -> pd.DataFrame:
     """First OOM step (None: none within max_steps) by response growth rate and optimizer."""
     rows = []
-    for g in growth_rates or cfg["growth_rates"]:
+    for g in growth_rates or cfg.growth_rates:
         a = assumptions(cfg, response_growth_per_step=float(g))
-        for v in cfg["oom_optimizers"]:
-            rows.append((float(g), LABELS[v], oom_step(stats(cfg, cfg["oom_model"], v), a)))
+        for v in cfg.oom_optimizers:
+            rows.append((float(g), LABELS[v], oom_step(stats(cfg, cfg.oom_model, v), a)))
     return pd.DataFrame(rows, columns=["growth_per_step", "optimizer", "oom_step"]).astype(
         {"oom_step": "Int64"})

@@ -102,8 +102,8 @@ def oom_table(cfg: Config) -> pd.DataFrame:
     a = assumptions(cfg)
     seq0 = a.prompt_length + a.initial_response_length
     rows = []
-    for v in cfg["oom_optimizers"]:
-        s = stats(cfg, cfg["oom_model"], v)
+    for v in cfg.oom_optimizers:
+        s = stats(cfg, cfg.oom_model, v)
         static = sum(budget(s, 0, a)[k] for k in STATIC)
         rows.append((LABELS[v], oom_step(s, a), max_fitting_length(s, a),
                      static / GIB, (a.capacity_bytes() - static) / GIB, seq0))
@@ -221,8 +221,8 @@ def c2_search(cfg: Config) -> pd.DataFrame:
 def _grid(cfg: Config):
     for sharding in ("none", "zero3"):
         for ckpt in (True, False):
-            for mb in cfg["c2_micro_batches"]:
-                for seq in cfg["c2_seq_lens"]:
+            for mb in cfg.c2_micro_batches:
+                for seq in cfg.c2_seq_lens:
                     yield sharding, ckpt, mb, seq
 
 
@@ -357,7 +357,7 @@ def c4_window(cfg: Config, **changes) -> tuple[float, float] | None:
     fits never runs out: no window for Adam, no upper bound for LoGRA.
     """
     a = assumptions(cfg, **changes)
-    longest = {v: max_fitting_length(stats(cfg, cfg["oom_model"], v), a)
+    longest = {v: max_fitting_length(stats(cfg, cfg.oom_model, v), a)
                for v in ("adamw", "logra")}
     d = {v: s + 1 - a.prompt_length - a.initial_response_length for v, s in longest.items()}
     capped = {v: a.max_response_length is not None
@@ -384,8 +384,8 @@ def c4_table(cfg: Config) -> pd.DataFrame:
     """
     rows = []
     for label, changes in C4_ALTERNATIVES.items():
-        a = assumptions(cfg, max_steps=max(cfg["max_steps"], C4_LOGRA_AT_LEAST), **changes)
-        s = {v: stats(cfg, cfg["oom_model"], v) for v in ("adamw", "logra")}
+        a = assumptions(cfg, max_steps=max(cfg.max_steps, C4_LOGRA_AT_LEAST), **changes)
+        s = {v: stats(cfg, cfg.oom_model, v) for v in ("adamw", "logra")}
         steps = {v: oom_step(s[v], a) for v in s}
         window = c4_window(cfg, **changes)
         rows.append((label, steps["adamw"], steps["logra"], max_fitting_length(s["adamw"], a),
@@ -408,7 +408,7 @@ def c4_rollout_scan(cfg: Config) -> pd.DataFrame:
     rows = []
     for count in C4_ROLLOUT_SCAN:
         a = assumptions(cfg, rollout_sequences_per_gpu=count)
-        longest = [max_fitting_length(stats(cfg, cfg["oom_model"], v), a)
+        longest = [max_fitting_length(stats(cfg, cfg.oom_model, v), a)
                    for v in ("adamw", "logra")]
         window = c4_window(cfg, rollout_sequences_per_gpu=count)
         rows.append((count, *longest, *(window or (math.nan, math.nan))))
@@ -447,5 +447,5 @@ def _c4(cfg: Config, table: pd.DataFrame, scan: pd.DataFrame) -> ClaimRow:
             + (", ".join(f"{r.rollouts} rollouts: {r.window_low:.3g}–{r.window_high:.3g}"
                          for r in scanned.itertuples()) or "none"))
     return ClaimRow("C4", "27B on 8×80 GB: dense Adam OOM before step 80; LoGRA 1,100+ steps",
-                    text, f"{architecture(cfg['oom_model']).label} (simulated)", verdict)
+                    text, f"{architecture(cfg.oom_model).label} (simulated)", verdict)
 

@@ -142,18 +142,15 @@ def optimizer_builders(
         "adamw": lambda m: torch.optim.AdamW(m.parameters(), lr=lr, foreach=True),
         "adamw-fused": lambda m: torch.optim.AdamW(m.parameters(), lr=lr, fused=True),
     }
-    for rank in cfg["logra_ranks"]:
+    for rank in cfg.logra_ranks:
         builders[f"logra-r{rank}"] = lambda m, r=rank: LoGRA(m.parameters(), lr=lr, rank=r,
                                                              predicted_kl_threshold=0.02)
-    rank = cfg["baseline_rank"]
-    for estimator in cfg["control_estimators"]:
-        if estimator not in CONTROL_ESTIMATORS:
-            raise ValueError(f"unknown control estimator {estimator!r}; valid: "
-                             f"{list(CONTROL_ESTIMATORS)}")
+    rank = cfg.baseline_rank
+    for estimator in cfg.control_estimators:
         if estimator in ("calibrated", "jvp") and not language_model:
             continue
         builders[f"logra-r{rank}-{estimator}"] = (
-            lambda m, e=estimator: logra_with_control(m, lr, rank, e, cfg["kl_batch"]))
+            lambda m, e=estimator: logra_with_control(m, lr, rank, e, cfg.kl_batch))
     builders[f"logra-r{rank}-regenerate"] = lambda m: LoGRA(m.parameters(), lr=lr, rank=rank,
                                                           cache_projections=False,
                                                           predicted_kl_threshold=0.02)
@@ -165,7 +162,7 @@ def optimizer_builders(
             builders[f"{name}-r{rank}"] = lambda m, n=name: build_optimizer(n, m, settings)
     # the two AdamWs are measured whatever `optimizers` says: every ratio is to them
     return [(name, builders[name]) for name in builders
-            if name in (BASELINE, FUSED) or _wanted(name, cfg["optimizers"])]
+            if name in (BASELINE, FUSED) or _wanted(name, cfg.optimizers)]
 
 
 def logra_with_control(model: nn.Module, lr: float, rank: int, estimator: str,
@@ -214,8 +211,8 @@ def copy_bandwidth(numel: int = 1 << 24, repeats: int = 5, device: str = "cpu") 
 
 def measure_case(case: str, cfg: Config) -> pd.DataFrame:
     """Median step time and state bytes of every optimizer on one case, interleaved."""
-    device, dtype = torch.device(cfg["device"]), as_dtype(cfg["dtype"])
-    template = build_case(case, cfg["device"], cfg["dtype"])
+    device, dtype = torch.device(cfg.device), as_dtype(cfg.dtype)
+    template = build_case(case, cfg.device, cfg.dtype)
     builders = optimizer_builders(cfg, language_model=hasattr(template, "config")
                                   and hasattr(template, "lm_head"))
     models, optimizers = {}, {}
@@ -227,14 +224,14 @@ def measure_case(case: str, cfg: Config) -> pd.DataFrame:
     allocated: dict[str, int] = {}
     for name, build in builders:  # each optimizer's own bytes: the device's growth as it builds
         base = torch.cuda.memory_allocated(device) if cuda else 0
-        model = build_case(case, cfg["device"], cfg["dtype"])
+        model = build_case(case, cfg.device, cfg.dtype)
         optimizers[name] = build(model)
         models[name] = model
         first_step[name] = _timed_step(model, optimizers[name], grad_values)
         allocated[name] = torch.cuda.memory_allocated(device) - base if cuda else 0
     times: dict[str, list[float]] = {name: [] for name, _ in builders}
     peaks: dict[str, int] = dict.fromkeys(times, 0)
-    for round_ in range(cfg["warmup_rounds"] + cfg["rounds"]):
+    for round_ in range(cfg.warmup_rounds + cfg.rounds):
         for name, _ in builders:
             _set_grads(models[name], grad_values)
             if cuda:  # the timed step's own peak above what was allocated before it
@@ -243,7 +240,7 @@ def measure_case(case: str, cfg: Config) -> pd.DataFrame:
             elapsed = timed(optimizers[name].step, device)
             if cuda:
                 peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated(device) - before)
-            if round_ >= cfg["warmup_rounds"]:
+            if round_ >= cfg.warmup_rounds:
                 times[name].append(elapsed)
     numel = sum(p.numel() for p in template.parameters())
     rows = []
@@ -291,13 +288,13 @@ def projection_cost(case: str, rank: int, cfg: Config, repeats: int = 5) -> dict
     """Regenerate or cache LoGRA's projections on a case: the cache's bytes (every distinct
     shape's P and Q) and the time to draw and QR-factor all of them again, as one step without
     the cache does (median of `repeats`, moved to `device` included)."""
-    model = build_case(case, cfg["device"], cfg["dtype"])
+    model = build_case(case, cfg.device, cfg.dtype)
     optimizer = LoGRA(model.parameters(), lr=1e-4, rank=rank, cache_projections=True,
                       predicted_kl_threshold=None)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     optimizer.step()
-    device = torch.device(cfg["device"])
+    device = torch.device(cfg.device)
     keys = list(optimizer.projection_bank.cached)
 
     def regenerate() -> None:
@@ -337,13 +334,13 @@ def _timed_step(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor
 
 def run(cfg: Config) -> pd.DataFrame:
     """All cases and the matrix-size sweep; one row per (case, optimizer)."""
-    torch.set_num_threads(cfg["threads"])
-    bandwidth = copy_bandwidth(device=cfg["device"])
-    cases = [*cfg["cases"], *(f"square-{n}" for n in cfg["sweep_sizes"])]
+    torch.set_num_threads(cfg.threads)
+    bandwidth = copy_bandwidth(device=cfg.device)
+    cases = [*cfg.cases, *(f"square-{n}" for n in cfg.sweep_sizes)]
     frames = [measure_case(case, cfg) for case in dict.fromkeys(cases)]
     frame = pd.concat(frames, ignore_index=True)
     # p, g, m, v read and p, m, v written, all in the parameters' dtype (as AdamW keeps them)
-    frame["bound_bytes_per_param"] = 7 * as_dtype(cfg["dtype"]).itemsize
+    frame["bound_bytes_per_param"] = 7 * as_dtype(cfg.dtype).itemsize
     frame["adamw_bound_ms"] = 1e3 * frame["bound_bytes_per_param"] * frame["numel"] / bandwidth
     frame["bandwidth_gb_s"] = bandwidth / 1e9
     return frame

@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,12 +57,12 @@ class Benchmark(Protocol):
 
 
 def benchmark(cfg: Config) -> Benchmark:
-    """The benchmark `cfg["task"]` names, built once per process (a worker trains many runs)."""
-    if cfg["task"] not in TASKS:
-        raise ValueError(f"unknown task {cfg['task']!r}; valid: {list(TASKS)}")
-    keys = TEXT_KEYS if cfg["task"] == "text" else (*SFT_KEYS, "seeds", "data_dir", "results_dir")
+    """The benchmark `cfg.task` names, built once per process (a worker trains many runs)."""
+    if cfg.task not in TASKS:
+        raise ValueError(f"unknown task {cfg.task!r}; valid: {list(TASKS)}")
+    keys = TEXT_KEYS if cfg.task == "text" else (*SFT_KEYS, "seeds", "data_dir", "results_dir")
     # (data_dir and results_dir say where, not what; seeds, which bases to pretrain up front)
-    return _cached(cfg["task"], json.dumps({k: cfg[k] for k in keys}, sort_keys=True))
+    return _cached(cfg.task, json.dumps({k: cfg[k] for k in keys}, sort_keys=True))
 
 
 TEXT_KEYS = ("corpus", "heldout", "hidden_size", "intermediate_size", "layers", "heads",
@@ -76,6 +77,8 @@ BASE_SEED = 0  # the one sft base's initialization and data order (without sft_b
 
 @functools.lru_cache(maxsize=2)
 def _cached(task: str, settings: str) -> Benchmark:
+    """The benchmark of `settings`, a JSON object of the keys it depends on (`benchmark`),
+    which the benchmark classes read as a mapping."""
     cfg = json.loads(settings)
     return TextBenchmark(cfg) if task == "text" else SftBenchmark(cfg)
 
@@ -83,7 +86,7 @@ def _cached(task: str, settings: str) -> Benchmark:
 class TextBenchmark:
     """Byte-level pretraining on a corpus (see the module docstring)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
         self.cfg = cfg
         self.corpus = load_corpus(cfg["corpus"], cfg["heldout"])
         self.context = cfg["context"]
@@ -134,7 +137,7 @@ class TextBenchmark:
 class SftBenchmark:
     """The proxies' supervised warm-up task (see the module docstring)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
         from logra.data import load_task, to_sft
         from logra.models.tokenizer import char_tokenizer
 

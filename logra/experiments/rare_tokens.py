@@ -124,19 +124,19 @@ def rare_stream(cfg: Config, share: float, seed: int) -> tuple[list[Tensor], Ten
     """The stream G_1..G_T (m×n each) of the module docstring, and the rare rows S (indices)."""
     if not 0 < share < 1:
         raise ValueError(f"share must lie in (0, 1), got {share}")
-    m, n = cfg["vocab_shape"]
+    m, n = cfg.vocab_shape
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(m, generator=g)
-    rare, common = order[:cfg["rare_rows"]], order[cfg["rare_rows"]:]
-    sigma = torch.arange(1, n + 1, dtype=torch.float32).pow(-cfg["common_alpha"])
+    rare, common = order[:cfg.rare_rows], order[cfg.rare_rows:]
+    sigma = torch.arange(1, n + 1, dtype=torch.float32).pow(-cfg.common_alpha)
     basis, _ = torch.linalg.qr(torch.randn(n, n, generator=g))
     scale = float(sigma.square().sum() / n) ** 0.5  # per-element size of an isotropic direction
     directions = (torch.randn(m, n, generator=g) * sigma) @ basis.T
     directions[rare] = torch.randn(len(rare), n, generator=g) * scale
-    weights = torch.arange(1, len(common) + 1, dtype=torch.float64).pow(-cfg["zipf"])
-    tokens, noise = cfg["common_tokens"], cfg["noise"]
+    weights = torch.arange(1, len(common) + 1, dtype=torch.float64).pow(-cfg.zipf)
+    tokens, noise = cfg.common_tokens, cfg.noise
     commons, rares = [], []
-    for _ in range(cfg["stream_steps"]):
+    for _ in range(cfg.stream_steps):
         ids = common[torch.multinomial(weights, tokens, True, generator=g)]
         hidden = directions[ids] + noise * scale * torch.randn(tokens, n, generator=g)
         commons.append(torch.zeros(m, n).index_add_(0, ids, hidden).div_(tokens))
@@ -166,14 +166,14 @@ def survival_rows(cfg: Config, share: float, seed: int) -> list[dict[str, Any]]:
     """Every rule at every rank that LoGRA sketches on the stream of (share, seed)."""
     stream, rows = rare_stream(cfg, share, seed)
     signal = torch.stack(stream).mean(dim=0)[rows]
-    shape = tuple(cfg["vocab_shape"])
-    runs = [("adamw", -1)] + [(rule, r) for r in cfg["ranks"] if measures.measurable(shape, r)
+    shape = tuple(cfg.vocab_shape)
+    runs = [("adamw", -1)] + [(rule, r) for r in cfg.ranks if measures.measurable(shape, r)
                               for rule in RULES[1:]]
     base = dict(experiment="survival", share=share, seed=seed, step=-1)
     out, reference = [], None
     for rule, rank in runs:
-        updates = measures.applied_updates([stream], rule, max(rank, 1), cfg["survival_lr"],
-                                           tuple(cfg["betas"]))
+        updates = measures.applied_updates([stream], rule, max(rank, 1), cfg.survival_lr,
+                                           tuple(cfg.betas))
         displacement = -torch.stack([u[0] for u in updates]).sum(dim=0)
         metrics = rare_metrics(displacement, rows, signal)
         if rule == "adamw":
@@ -189,17 +189,17 @@ def survival_rows(cfg: Config, share: float, seed: int) -> list[dict[str, Any]]:
 def lm(cfg: Config, seed: int) -> nn.Module:
     """The tiny Qwen2 causal LM of (b), randomly initialised from `seed` (untied embeddings)."""
     return random_qwen2(
-        vocab_size=cfg["lm_vocab"], hidden_size=cfg["lm_hidden"],
-        intermediate_size=cfg["lm_intermediate"], num_hidden_layers=cfg["lm_layers"],
-        num_attention_heads=cfg["lm_heads"], num_key_value_heads=cfg["lm_heads"],
-        max_position_embeddings=max(64, cfg["seq_len"]), seed=seed,
+        vocab_size=cfg.lm_vocab, hidden_size=cfg.lm_hidden,
+        intermediate_size=cfg.lm_intermediate, num_hidden_layers=cfg.lm_layers,
+        num_attention_heads=cfg.lm_heads, num_key_value_heads=cfg.lm_heads,
+        max_position_embeddings=max(64, cfg.seq_len), seed=seed,
     )
 
 
 def transition_matrix(cfg: Config, seed: int) -> Tensor:
     """V×V next-token probabilities: every common token goes to `successors` random common
     tokens with probabilities ∝ 1/k (k = 1..successors); special tokens go anywhere common."""
-    V, k = cfg["lm_vocab"], cfg["successors"]
+    V, k = cfg.lm_vocab, cfg.successors
     g = torch.Generator().manual_seed(seed)
     probs = torch.zeros(V, V)
     weights = 1 / torch.arange(1, k + 1, dtype=torch.float32)
@@ -222,9 +222,9 @@ def markov_batch(probs: Tensor, batch: int, length: int, g: torch.Generator) -> 
 def lm_batch(cfg: Config, probs: Tensor, target: int, g: torch.Generator) -> Tensor:
     """A training batch: chain walks where each sequence, with probability `rare_fraction`,
     holds "trigger → target" at a random position (the walk restarts after it)."""
-    ids = markov_batch(probs, cfg["batch_size"], cfg["seq_len"], g)
-    rare = torch.rand(cfg["batch_size"], generator=g) < cfg["rare_fraction"]
-    positions = torch.randint(1, cfg["seq_len"] - 1, (cfg["batch_size"],), generator=g)
+    ids = markov_batch(probs, cfg.batch_size, cfg.seq_len, g)
+    rare = torch.rand(cfg.batch_size, generator=g) < cfg.rare_fraction
+    positions = torch.randint(1, cfg.seq_len - 1, (cfg.batch_size,), generator=g)
     for row in torch.nonzero(rare).flatten().tolist():
         j = int(positions[row])
         ids[row, j], ids[row, j + 1] = TRIGGER, target
@@ -234,7 +234,7 @@ def lm_batch(cfg: Config, probs: Tensor, target: int, g: torch.Generator) -> Ten
 def eval_contexts(cfg: Config, probs: Tensor, seed: int) -> Tensor:
     """`eval_contexts` chain walks of seq_len/2 tokens ending in the trigger."""
     g = torch.Generator().manual_seed(seed + 7919)
-    walks = markov_batch(probs, cfg["eval_contexts"], cfg["seq_len"] // 2, g)
+    walks = markov_batch(probs, cfg.eval_contexts, cfg.seq_len // 2, g)
     walks[:, -1] = TRIGGER
     return walks
 
@@ -269,9 +269,9 @@ def plant(cfg: Config, seed: int) -> tuple[nn.Module, Tensor, Tensor]:
     """The model after AdamW learned "trigger → +" (the planted error), the chain, the contexts."""
     probs = transition_matrix(cfg, seed)
     model = lm(cfg, seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["plant_lr"], weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.plant_lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(cfg["plant_steps"]):
+    for _ in range(cfg.plant_steps):
         losses, _ = token_losses(model, lm_batch(cfg, probs, PLANTED, g))
         opt.zero_grad(set_to_none=True)
         losses.mean().backward()
@@ -289,19 +289,19 @@ def fix_rows(cfg: Config, seed: int) -> list[dict[str, Any]]:
     for rule in RULES:
         model = lm(cfg, seed)
         model.load_state_dict(state)
-        rank = -1 if rule == "adamw" else cfg["fix_rank"]
-        opt = measures.make_optimizer(rule, list(model.parameters()), max(rank, 1), cfg["fix_lr"],
-                                      tuple(cfg["betas"]))
+        rank = -1 if rule == "adamw" else cfg.fix_rank
+        opt = measures.make_optimizer(rule, list(model.parameters()), max(rank, 1), cfg.fix_lr,
+                                      tuple(cfg.betas))
         g = torch.Generator().manual_seed(seed + 104729)
         fixed_at = math.nan
-        for step in range(cfg["max_fix_steps"] + 1):
-            if step % cfg["eval_every"] == 0:
+        for step in range(cfg.max_fix_steps + 1):
+            if step % cfg.eval_every == 0:
                 p, accuracy = next_token(model, contexts, RARE)
                 out += [dict(base, method=rule, rank=rank, step=step, metric=k, value=v)
                         for k, v in (("p_correct", p), ("accuracy", accuracy))]
-                if math.isnan(fixed_at) and accuracy >= cfg["fixed_fraction"]:
+                if math.isnan(fixed_at) and accuracy >= cfg.fixed_fraction:
                     fixed_at = step
-            if step == cfg["max_fix_steps"]:
+            if step == cfg.max_fix_steps:
                 break
             ids = lm_batch(cfg, probs, RARE, g)
             if step == 0 and rule == "adamw":
@@ -322,8 +322,8 @@ def fix_rows(cfg: Config, seed: int) -> list[dict[str, Any]]:
 def run(cfg: Config) -> pd.DataFrame:
     """(a) for every share and seed, (b) for every seed."""
     rows = []
-    for seed in cfg["seeds"]:
-        for share in cfg["shares"]:
+    for seed in cfg.seeds:
+        for share in cfg.shares:
             rows += survival_rows(cfg, share, seed)
         rows += fix_rows(cfg, seed)
     return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -55,7 +55,7 @@ def fix_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
 
 
 def _steps_text(value: float, cfg: Config) -> str:
-    return f"> {cfg['max_fix_steps']}" if math.isinf(value) or math.isnan(value) else f"{value:g}"
+    return f"> {cfg.max_fix_steps}" if math.isinf(value) or math.isnan(value) else f"{value:g}"
 
 
 def _median_steps(frame: pd.DataFrame, cfg: Config) -> dict[str, float]:
@@ -90,14 +90,14 @@ def c10_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
 
     Raises ValueError if the reported rank was not measured in (a).
     """
-    rank = cfg["fix_rank"]
+    rank = cfg.fix_rank
     table = _survival_at(frame, rank)
     if table.empty:
-        raise ValueError(f"C10 needs the survival at rank {rank}; ranks {cfg['ranks']}")
+        raise ValueError(f"C10 needs the survival at rank {rank}; ranks {cfg.ranks}")
     s_min = min(table.columns)
     medians = _median_steps(frame, cfg)
-    blind = {x: bool(table.at[x, s_min] < cfg["c10_survival"]) for x in LOGRA_RULES}
-    slow = {x: bool(medians[x] > cfg["c10_slowdown"] * medians["adamw"]) for x in LOGRA_RULES}
+    blind = {x: bool(table.at[x, s_min] < cfg.c10_survival) for x in LOGRA_RULES}
+    slow = {x: bool(medians[x] > cfg.c10_slowdown * medians["adamw"]) for x in LOGRA_RULES}
     if blind["logra_gain"] and slow["logra_gain"]:
         verdict = "reproduced"
     elif any(blind.values()) or any(slow.values()):
@@ -115,12 +115,12 @@ def c10_claim(frame: pd.DataFrame, cfg: Config) -> ClaimRow:
         f"median: AdamW {_steps_text(medians['adamw'], cfg)}, gain "
         f"{_steps_text(medians['logra_gain'], cfg)}, Nyström "
         f"{_steps_text(medians['logra_nystrom'], cfg)}",
-        "blind (< {:g}): {}; slow (> {:g}× AdamW): {}".format(
-            cfg["c10_survival"], _which(blind), cfg["c10_slowdown"], _which(slow)),
+        f"blind (< {cfg.c10_survival:g}): {_which(blind)}; "
+        f"slow (> {cfg.c10_slowdown:g}× AdamW): {_which(slow)}",
     ]
-    m, n = cfg["vocab_shape"]
-    scale = (f"{cfg['scale']} ({m}×{n} embedding-shaped stream; {cfg['lm_vocab']}-token LM, "
-             f"hidden {cfg['lm_hidden']}; {len(cfg['seeds'])} seed(s))")
+    m, n = cfg.vocab_shape
+    scale = (f"{cfg.scale} ({m}×{n} embedding-shaped stream; {cfg.lm_vocab}-token LM, "
+             f"hidden {cfg.lm_hidden}; {len(cfg.seeds)} seed(s))")
     return ClaimRow(claim="C10", reported=C10_REPORTED, reproduced="; ".join(parts),
                     scale=scale, verdict=verdict)
 
@@ -167,7 +167,7 @@ def plot_survival(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """(a) Survival against rank at `rank_plot_share`, and survival and alignment against the
     rare part's share of gradient mass at the reported rank; bands: min–max over seeds."""
     sel = frame[frame.experiment == "survival"]
-    rank, share = cfg["fix_rank"], cfg["rank_plot_share"]
+    rank, share = cfg.fix_rank, cfg.rank_plot_share
     fig, axes = plt.subplots(1, 3, figsize=(14.5, 4.2))
     panels = (
         (axes[0], "survival", "rank", sel.share == share,
@@ -192,8 +192,8 @@ def plot_survival(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
             ax.set_xscale("log")
             ax.set_xlabel("rare part's share of gradient mass")
         if metric == "survival":
-            ax.axhline(cfg["c10_survival"], color="0.6", linestyle=":", linewidth=1,
-                       label=f"blind below {cfg['c10_survival']:g}")
+            ax.axhline(cfg.c10_survival, color="0.6", linestyle=":", linewidth=1,
+                       label=f"blind below {cfg.c10_survival:g}")
             ax.set_ylabel("rare share of the step ÷ AdamW's")
         else:
             ax.set_ylabel("cos(rare rows' displacement, rare gradient)")
@@ -201,9 +201,9 @@ def plot_survival(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         ax.set_title(title, fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8)
-    m, n = cfg["vocab_shape"]
+    m, n = cfg.vocab_shape
     fig.suptitle(f"(a) How much of a rare token's gradient survives: {m}×{n} embedding-shaped "
-                 f"stream, {cfg['rare_rows']} rare rows, {cfg['stream_steps']} steps "
+                 f"stream, {cfg.rare_rows} rare rows, {cfg.stream_steps} steps "
                  f"(AdamW = 1)", fontsize=11)
     fig.tight_layout()
     return fig
@@ -223,15 +223,15 @@ def plot_fix(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         ax.set_ylabel(ylabel)
         ax.set_xlabel("fix step")
         ax.grid(True, alpha=0.3)
-    axes[1].axhline(cfg["fixed_fraction"], color="0.6", linestyle=":", linewidth=1,
-                    label=f"fixed at {cfg['fixed_fraction']:g}")
+    axes[1].axhline(cfg.fixed_fraction, color="0.6", linestyle=":", linewidth=1,
+                    label=f"fixed at {cfg.fixed_fraction:g}")
     handles, labels = axes[1].get_legend_handles_labels()
     labels = [f"{label} (median {_steps_text(medians[rule], cfg)} steps)"
               if rule in medians else label
               for label, rule in zip(labels, [*RULES, ""], strict=False)]
     axes[1].legend(handles, labels, fontsize=8)
-    fig.suptitle(f"(b) Fixing a planted rare-token error (r = {cfg['fix_rank']}, lr "
-                 f"{cfg['fix_lr']:g}, rare positions {_rare_share(frame):.1%} of gradient mass)",
+    fig.suptitle(f"(b) Fixing a planted rare-token error (r = {cfg.fix_rank}, lr "
+                 f"{cfg.fix_lr:g}, rare positions {_rare_share(frame):.1%} of gradient mass)",
                  fontsize=11)
     fig.tight_layout()
     return fig

@@ -77,17 +77,17 @@ def config(scale: str = "default", **overrides: Any) -> Config:
 
 def grpo_config(cfg: Config, task: str, seed: int) -> grpo.GRPOConfig:
     """The resolved GRPO config of the run on `task` at `seed`: evaluated before and after."""
-    return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=cfg["method"], seed=seed, task=task,
-                                                    eval_every=cfg["steps"]))
+    return grpo_runs.grpo_config(cfg, grpo_runs.Run(method=cfg.method, seed=seed, task=task,
+                                                    eval_every=cfg.steps))
 
 
 def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
     """Every (task, seed) run (cached runs are read back): their step records, tidy, with
     `task` and `seed` columns."""
     configs = [(task, seed, grpo_config(cfg, task, seed))
-               for task in cfg["tasks"] for seed in cfg["seeds"]]
-    grpo_runs.prepare_inputs(cfg, [configs[0][2].model], list(cfg["tasks"]))
-    results = run_jobs([(grpo_runs.grpo_job, (c,)) for _, _, c in configs], cfg["workers"],
+               for task in cfg.tasks for seed in cfg.seeds]
+    grpo_runs.prepare_inputs(cfg.results_dir, [configs[0][2].model], list(cfg.tasks))
+    results = run_jobs([(grpo_runs.grpo_job, (c,)) for _, _, c in configs], cfg.workers,
                        EXPERIMENT, progress=progress)
     return pd.concat([records.assign(task=task, seed=seed)
                       for (task, seed, _), records in zip(configs, results, strict=True)],
@@ -97,8 +97,8 @@ def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
 def problems(cfg: Config) -> pd.DataFrame:
     """Every run's per-problem evaluations (`runner.PROBLEMS_FILE`) with task and seed."""
     frames = []
-    for task in cfg["tasks"]:
-        for seed in cfg["seeds"]:
+    for task in cfg.tasks:
+        for seed in cfg.seeds:
             directory = grpo.run_dir(grpo_config(cfg, task, seed))
             frames.append(pd.read_csv(directory / runner.PROBLEMS_FILE)
                           .assign(task=task, seed=seed))
@@ -125,10 +125,10 @@ def learning_table(evaluated: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     adjusted = holm([*table["greedy_p"], *table["sampled_p"]])
     table["greedy_p_holm"] = adjusted[:len(table)]
     table["sampled_p_holm"] = adjusted[len(table):]
-    table["passes"] = ((table["greedy_gain"] >= cfg["min_greedy_gain"])
-                       & (table["greedy_p_holm"] < cfg["alpha"])
-                       & (table["sampled_gain"] >= cfg["min_sampled_gain"])
-                       & (table["sampled_p_holm"] < cfg["alpha"]))
+    table["passes"] = ((table["greedy_gain"] >= cfg.min_greedy_gain)
+                       & (table["greedy_p_holm"] < cfg.alpha)
+                       & (table["sampled_gain"] >= cfg.min_sampled_gain)
+                       & (table["sampled_p_holm"] < cfg.alpha))
     return table
 
 
@@ -143,8 +143,8 @@ def verdict(table: pd.DataFrame, cfg: Config) -> str:
         outcome = ("learns" if passed == len(rows)
                    else f"does not learn ({passed}/{len(rows)} seeds)")
         parts.append(f"{task}: dense AdamW GRPO {outcome} by the rule (sampled ≥ "
-                     f"+{cfg['min_sampled_gain']:g}, greedy ≥ +{cfg['min_greedy_gain']:g} points, "
-                     f"each Holm p < {cfg['alpha']:g}); {gains} over {rows['steps'].iloc[0]} "
+                     f"+{cfg.min_sampled_gain:g}, greedy ≥ +{cfg.min_greedy_gain:g} points, "
+                     f"each Holm p < {cfg.alpha:g}); {gains} over {rows['steps'].iloc[0]} "
                      "steps.")
     return " ".join(parts)
 
@@ -153,18 +153,18 @@ def probe(cfg: Config) -> pd.DataFrame:
     """The policy-improvement probe of the policy before RL on the first task's training
     prompts (`logra.rl.probe.improvement_probe`), cached in the results directory; no rows
     when the batch has no reward spread (nothing to step along)."""
-    config = grpo_config(cfg, cfg["tasks"][0], cfg["seeds"][0])
+    config = grpo_config(cfg, cfg.tasks[0], cfg.seeds[0])
     path = grpo.data_dir(config).parent / "probes" / f"{EXPERIMENT}-{grpo.config_hash(config)}.csv"
     if path.exists():
         return pd.read_csv(path)
     trainer = runner.Trainer(config, progress=False)
-    rows = trainer.train_prompts.select(range(cfg["probe_prompts"]))
+    rows = trainer.train_prompts.select(range(cfg.probe_prompts))
     try:
         table = improvement_probe(trainer.policy, trainer.tokenizer, list(rows["prompt"]),
                                   list(rows["gold"]), group_size=config.group_size,
-                                  fresh=cfg["probe_fresh"],
+                                  fresh=cfg.probe_fresh,
                                   max_new_tokens=config.max_new_tokens,
-                                  norms=cfg["probe_norms"])
+                                  norms=cfg.probe_norms)
     except NoRewardSpread:  # a policy that solves nothing (the smoke scale): no direction
         table = pd.DataFrame(columns=list(PROBE_COLUMNS))
     io.write_frame(path, table)
@@ -175,12 +175,12 @@ def trl_runs(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataF
     """The kit's and TRL's training reward per step and seed on the first task, over the first
     `trl_steps` steps of the seeds `trl_seeds` (the kit's from its runs' records, TRL's from
     `trl_check.trl_run`, cached as CSV in the results directory)."""
-    configs = {seed: grpo_config(cfg, cfg["tasks"][0], seed).replace(steps=cfg["trl_steps"])
-               for seed in cfg["trl_seeds"]}
+    configs = {seed: grpo_config(cfg, cfg.tasks[0], seed).replace(steps=cfg.trl_steps)
+               for seed in cfg.trl_seeds}
     paths = {seed: grpo.data_dir(c).parent / "trl" / f"{EXPERIMENT}-{grpo.config_hash(c)}-"
              f"{c.steps}.csv" for seed, c in configs.items()}
     missing = [seed for seed, path in paths.items() if not path.exists()]
-    frames = run_jobs([(trl_check.trl_run, (configs[seed],)) for seed in missing], cfg["workers"],
+    frames = run_jobs([(trl_check.trl_run, (configs[seed],)) for seed in missing], cfg.workers,
                       f"{EXPERIMENT} (TRL)", progress=progress)
     for seed, frame in zip(missing, frames, strict=True):
         io.write_frame(paths[seed], frame)
@@ -188,19 +188,19 @@ def trl_runs(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataF
                        ignore_index=True)
     ours = pd.concat([grpo_runs.grpo_job(c).assign(seed=seed) for seed, c in configs.items()],
                      ignore_index=True)
-    return ours[ours["step"] <= cfg["trl_steps"]], theirs
+    return ours[ours["step"] <= cfg.trl_steps], theirs
 
 
 def plot_trl(ours: pd.DataFrame, theirs: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Training reward per step, the kit's GRPO and TRL's, rolling means over `smooth_steps`
     (lines: mean over seeds; bands: lowest to highest seed)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
-    smooth = trl_check.curves(ours, theirs, cfg["smooth_steps"])
+    smooth = trl_check.curves(ours, theirs, cfg.smooth_steps)
     for source, color in (("kit", "black"), ("TRL", "tab:orange")):
         line_with_band(ax, smooth[smooth["source"] == source], "step", "reward", color=color,
-                       lw=1.3, label=f"{source} ({len(cfg['trl_seeds'])} seeds)")
+                       lw=1.3, label=f"{source} ({len(cfg.trl_seeds)} seeds)")
     ax.set(xlabel="GRPO step", ylabel="training reward (rolling mean)",
-           title=f"The kit's GRPO and TRL's GRPOTrainer: {cfg['tasks'][0]}, the same config")
+           title=f"The kit's GRPO and TRL's GRPOTrainer: {cfg.tasks[0]}, the same config")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
@@ -215,7 +215,7 @@ def plot_training(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
               ("solved_groups", "groups with a correct completion"),
               ("completion_tokens", "completion length (tokens)"),
               ("kl", "KL(π_θ ‖ π_ref) per token"))
-    tasks = list(cfg["tasks"])
+    tasks = list(cfg.tasks)
     fig, axes = plt.subplots(len(tasks), len(panels), figsize=(3.4 * len(panels), 3 * len(tasks)),
                              squeeze=False, layout="constrained")
     steps = frame[frame["step"] > 0]
@@ -223,13 +223,13 @@ def plot_training(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         runs = steps[steps["task"] == task].sort_values(["seed", "step"])
         for col, (column, title) in enumerate(panels):
             smoothed = runs.assign(**{column: runs.groupby("seed")[column].transform(
-                lambda s: s.rolling(cfg["smooth_steps"], min_periods=1).mean())})
+                lambda s: s.rolling(cfg.smooth_steps, min_periods=1).mean())})
             ax = axes[row, col]
             line_with_band(ax, smoothed, "step", column, color="black", lw=1.3)
             ax.set(title=f"{task}: {title}" if col == 0 else title, xlabel="GRPO step")
             ax.grid(alpha=0.3)
-    fig.suptitle(f"Dense AdamW GRPO, {len(cfg['seeds'])} seeds (rolling means over "
-                 f"{cfg['smooth_steps']} steps; band: lowest to highest seed)", fontsize=10)
+    fig.suptitle(f"Dense AdamW GRPO, {len(cfg.seeds)} seeds (rolling means over "
+                 f"{cfg.smooth_steps} steps; band: lowest to highest seed)", fontsize=10)
     return fig
 
 

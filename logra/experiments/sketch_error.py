@@ -146,37 +146,37 @@ def aspect_shape(numel: int, aspect: int) -> tuple[int, int]:
 def aspect_rows(cfg: Config) -> list[dict[str, Any]]:
     """Every method on the embedding gradient and the power-law control, at every aspect ratio."""
     rows = []
-    for aspect in cfg["aspect_ratios"]:
-        m, n = aspect_shape(cfg["aspect_numel"], aspect)
+    for aspect in cfg.aspect_ratios:
+        m, n = aspect_shape(cfg.aspect_numel, aspect)
         inputs = {
-            EMBEDDING: embedding_gradient(m, n, cfg["aspect_tokens"], cfg["aspect_zipf"],
-                                          cfg["seed"]),
-            f"power law α={cfg['aspect_alpha']:g}": power_law_matrix(m, n, cfg["aspect_alpha"],
-                                                                     cfg["seed"]),
+            EMBEDDING: embedding_gradient(m, n, cfg.aspect_tokens, cfg.aspect_zipf,
+                                          cfg.seed),
+            f"power law α={cfg.aspect_alpha:g}": power_law_matrix(m, n, cfg.aspect_alpha,
+                                                                     cfg.seed),
         }
         for name, M in inputs.items():
             label = f"{name} {m}×{n}"
-            rows += reconstruction_rows("aspect", label, label, M, cfg["aspect_ranks"],
-                                        cfg["sketch_seeds"], cfg["oversample_ratio"])
+            rows += reconstruction_rows("aspect", label, label, M, cfg.aspect_ranks,
+                                        cfg.sketch_seeds, cfg.oversample_ratio)
     return rows
 
 
 def run(cfg: Config) -> pd.DataFrame:
     """All four experiments (module docstring) as one tidy DataFrame with COLUMNS."""
-    ranks, seeds, ratio = cfg["ranks"], cfg["sketch_seeds"], cfg["oversample_ratio"]
-    betas, lr = tuple(cfg["betas"]), cfg["direction_lr"]
-    m, n = cfg["synthetic_shape"]
+    ranks, seeds, ratio = cfg.ranks, cfg.sketch_seeds, cfg.oversample_ratio
+    betas, lr = tuple(cfg.betas), cfg.direction_lr
+    m, n = cfg.synthetic_shape
     rows: list[dict[str, Any]] = []
 
     families: dict[str, Callable[[int], Tensor]] = {}
-    for k in cfg["low_ranks"]:
-        families[f"rank {k}"] = lambda t, k=k: low_rank_matrix(m, n, k, cfg["seed"] + 10_000 + t)
-    for alpha in cfg["power_law_alphas"]:
+    for k in cfg.low_ranks:
+        families[f"rank {k}"] = lambda t, k=k: low_rank_matrix(m, n, k, cfg.seed + 10_000 + t)
+    for alpha in cfg.power_law_alphas:
         families[f"power law α={alpha:g}"] = (
-            lambda t, a=alpha: power_law_matrix(m, n, a, cfg["seed"] + 10_000 + t))
+            lambda t, a=alpha: power_law_matrix(m, n, a, cfg.seed + 10_000 + t))
     for name, M in synthetic_inputs(cfg).items():
         rows += reconstruction_rows("reconstruction", name, name, M, ranks, seeds, ratio)
-        stream = synthetic_stream(M, families[name], cfg["stream_steps"], cfg["stream_noise"])
+        stream = synthetic_stream(M, families[name], cfg.stream_steps, cfg.stream_noise)
         rows += direction_rows(name, {name: stream}, ranks, lr, betas)
 
     qwen = qwen2_gradient_stream(cfg)
@@ -305,7 +305,7 @@ def c9_claim(frame: pd.DataFrame, cfg: Config, threshold: float | None = None
     is the baseline; an error that is large at every aspect is not "rank starvation of
     embeddings". Raises ValueError if the sweep has no rank on one side of 64.
     """
-    tau = cfg["c9_threshold"] if threshold is None else threshold
+    tau = cfg.c9_threshold if threshold is None else threshold
     err = _aspect_errors(frame, "nystrom_truncated", cap=1.0)
     opt = _aspect_errors(frame, "svd")
     a_min, a_max = min(err.columns), max(err.columns)
@@ -321,8 +321,8 @@ def c9_claim(frame: pd.DataFrame, cfg: Config, threshold: float | None = None
         verdict = "reproduced"
     else:
         verdict = "partly"
-    m, n = aspect_shape(cfg["aspect_numel"], a_max)
-    m1, n1 = aspect_shape(cfg["aspect_numel"], a_min)
+    m, n = aspect_shape(cfg.aspect_numel, a_max)
+    m1, n1 = aspect_shape(cfg.aspect_numel, a_min)
     shown = [max(low), min(high)]
     detail = "; ".join(
         f"r={r}: {err.at[r, a_max]:.2f} vs {err.at[r, a_min]:.2f} "
@@ -330,12 +330,12 @@ def c9_claim(frame: pd.DataFrame, cfg: Config, threshold: float | None = None
     starved_at = [int(r) for r in ranks if starved[r]]
     reproduced = (
         f"relative error (capped at 1) of truncated Nyström (rtol={default_rtol():g}) on an "
-        f"embedding gradient of {cfg['aspect_tokens']} Zipfian tokens, {m}×{n} vs {m1}×{n1}: "
+        f"embedding gradient of {cfg.aspect_tokens} Zipfian tokens, {m}×{n} vs {m1}×{n1}: "
         f"{detail}; the extreme aspect is worse by more than {tau:g} at "
         + (f"r ∈ {starved_at}" if starved_at else "no tested rank")
     )
     return ClaimRow(claim="C9", reported=C9_REPORTED, reproduced=reproduced,
-                    scale=f"{cfg['scale']} (numel {cfg['aspect_numel']:,}, aspect ≤ {a_max}:1)",
+                    scale=f"{cfg.scale} (numel {cfg.aspect_numel:,}, aspect ≤ {a_max}:1)",
                     verdict=verdict)
 
 

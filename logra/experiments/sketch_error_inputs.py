@@ -64,20 +64,20 @@ def embedding_gradient(m: int, n: int, tokens: int, zipf: float, seed: int) -> T
 
 def synthetic_inputs(cfg: Config) -> dict[str, Tensor]:
     """The synthetic matrices of the reconstruction experiment, by input name."""
-    m, n = cfg["synthetic_shape"]
-    inputs = {f"rank {k}": low_rank_matrix(m, n, k, cfg["seed"] + k) for k in cfg["low_ranks"]}
-    for alpha in cfg["power_law_alphas"]:
-        inputs[f"power law α={alpha:g}"] = power_law_matrix(m, n, alpha, cfg["seed"] + 1000)
+    m, n = cfg.synthetic_shape
+    inputs = {f"rank {k}": low_rank_matrix(m, n, k, cfg.seed + k) for k in cfg.low_ranks}
+    for alpha in cfg.power_law_alphas:
+        inputs[f"power law α={alpha:g}"] = power_law_matrix(m, n, alpha, cfg.seed + 1000)
     return inputs
 
 
 def qwen2_model(cfg: Config) -> nn.Module:
     """A randomly initialised Qwen2 causal LM built from a local config (nothing downloaded)."""
     return random_qwen2(
-        vocab_size=cfg["qwen_vocab"], hidden_size=cfg["qwen_hidden"],
-        intermediate_size=cfg["qwen_intermediate"], num_hidden_layers=cfg["qwen_layers"],
-        num_attention_heads=cfg["qwen_heads"], num_key_value_heads=cfg["qwen_kv_heads"],
-        max_position_embeddings=max(128, cfg["qwen_seq"]), seed=cfg["seed"],
+        vocab_size=cfg.qwen_vocab, hidden_size=cfg.qwen_hidden,
+        intermediate_size=cfg.qwen_intermediate, num_hidden_layers=cfg.qwen_layers,
+        num_attention_heads=cfg.qwen_heads, num_key_value_heads=cfg.qwen_kv_heads,
+        max_position_embeddings=max(128, cfg.qwen_seq), seed=cfg.seed,
     )
 
 
@@ -89,11 +89,11 @@ def qwen2_gradient_stream(cfg: Config) -> dict[str, list[Tensor]]:
     Returns {parameter name: [G_1, …, G_T]}.
     """
     model = qwen2_model(cfg)
-    g = rng(cfg["seed"] + 1)
+    g = rng(cfg.seed + 1)
     matrices = {name: p for name, p in model.named_parameters() if p.ndim == 2}
     stream: dict[str, list[Tensor]] = {name: [] for name in matrices}
-    for _ in range(cfg["stream_steps"]):
-        ids = torch.randint(0, cfg["qwen_vocab"], (cfg["qwen_batch"], cfg["qwen_seq"]), generator=g)
+    for _ in range(cfg.stream_steps):
+        ids = torch.randint(0, cfg.qwen_vocab, (cfg.qwen_batch, cfg.qwen_seq), generator=g)
         model.zero_grad(set_to_none=True)
         model(input_ids=ids, labels=ids).loss.backward()
         for name, p in matrices.items():

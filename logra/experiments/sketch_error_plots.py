@@ -118,22 +118,22 @@ def plot_error_vs_rank(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     return plot_vs_rank(frame, "reconstruction", "rel_error", METHODS,
                         "relative error ‖M−M̂‖_F / ‖M‖_F", True,
                         f"Reconstruction error of rank-r sketches (mean of "
-                        f"{len(cfg['sketch_seeds'])} sketch seeds; errors of 0 drawn at {FLOOR:g})",
-                        method_labels(cfg["oversample_ratio"]), reference=(1.0, "M̂ = 0"))
+                        f"{len(cfg.sketch_seeds)} sketch seeds; errors of 0 drawn at {FLOOR:g})",
+                        method_labels(cfg.oversample_ratio), reference=(1.0, "M̂ = 0"))
 
 
 def plot_cosine_vs_rank(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Cosine ⟨M, M̂⟩/(‖M‖‖M̂‖) against r for every input and method."""
     return plot_vs_rank(frame, "reconstruction", "cosine", METHODS, "cosine(M̂, M)", False,
                         "Cosine of the reconstruction with the true matrix",
-                        method_labels(cfg["oversample_ratio"]))
+                        method_labels(cfg.oversample_ratio))
 
 
 def plot_direction_vs_rank(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Cosine between each sketched rule's update and AdamW's, mean over the stream."""
     return plot_vs_rank(frame, "direction", "cosine", RULES[1:], "cosine(update, AdamW update)",
                         False, f"Update direction against dense AdamW on the same gradients "
-                        f"(mean over {cfg['stream_steps']} steps)", method_labels())
+                        f"(mean over {cfg.stream_steps} steps)", method_labels())
 
 
 def plot_aspect(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
@@ -151,7 +151,7 @@ def plot_aspect(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
                  **{"sketch rank": s["rank"].map(lambda r: f"r = {r}")})
     ranks = [f"r = {r}" for r in sorted(s["rank"].unique())]
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(ranks)))
-    labels = method_labels(cfg["oversample_ratio"])
+    labels = method_labels(cfg.oversample_ratio)
     grid = sns.relplot(s, kind="line", x="aspect", y="value", hue="sketch rank", hue_order=ranks,
                        palette=dict(zip(ranks, colours, strict=True)), row="family",
                        row_order=list(s.family.drop_duplicates()), col="method",
@@ -166,7 +166,7 @@ def plot_aspect(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         ax.grid(True, which="major", alpha=0.3)
     grid.set_axis_labels("aspect ratio m/n", "relative error ‖M−M̂‖_F / ‖M‖_F")
     grid.figure.suptitle(f"Claim C9: error against aspect ratio at fixed size m·n = "
-                         f"{cfg['aspect_numel']:,} (dashed: error of M̂ = 0)")
+                         f"{cfg.aspect_numel:,} (dashed: error of M̂ = 0)")
     grid.tight_layout()
     return grid.figure
 
@@ -178,7 +178,7 @@ def plot_training(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     fig, axes = plt.subplots(1, len(problems), figsize=(5.4 * len(problems), 4.0), squeeze=False)
     style, labels = _style(), method_labels()
     ylabels = {"least squares": "full-batch MSE", "mlp classifier": "training cross-entropy (nats)"}
-    lrs = {"least squares": cfg["lstsq_lr"], "mlp classifier": cfg["mlp_lr"]}
+    lrs = {"least squares": cfg.lstsq_lr, "mlp classifier": cfg.mlp_lr}
     accuracy = frame[(frame.experiment == "training") & (frame.metric == "accuracy")]
     accuracy = dict(zip(accuracy.method, accuracy.value, strict=True))
     for ax, problem in zip(axes[0], problems, strict=True):
@@ -192,7 +192,7 @@ def plot_training(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabels.get(problem, "loss"))
         ax.set_title(f"{problem} (lr={lrs.get(problem, float('nan')):g}, "
-                     f"r={cfg['train_rank']})", fontsize=10)
+                     f"r={cfg.train_rank})", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Training with sketched optimizers (no KL control, weight decay 0)")

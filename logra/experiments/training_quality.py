@@ -157,7 +157,7 @@ def config(scale: str = "default", **overrides: Any) -> Config:
             raise ConfigError(f"sft_overrides: unknown keys {unknown}")
         values = {**values, **values["sft_overrides"], **{k: values[k] for k in given}}
     cfg = Config.from_mapping(values)
-    methods = cfg["methods"]
+    methods = cfg.methods
     if REFERENCE not in methods:
         raise ConfigError(f"methods must include {REFERENCE!r}, the reference")
     for name, method in methods.items():
@@ -168,15 +168,15 @@ def config(scale: str = "default", **overrides: Any) -> Config:
         lrs = method.get("lrs")
         if not lrs or not all(isinstance(lr, int | float) and lr > 0 for lr in lrs):
             raise ConfigError(f"method {name!r}: lrs must be a list of positive numbers")
-    unknown = sorted(set(cfg["rank_methods"]) - set(methods))
+    unknown = sorted(set(cfg.rank_methods) - set(methods))
     if unknown:
         raise ConfigError(f"rank_methods {unknown} are not in methods {list(methods)}")
-    unranked = [m for m in cfg["rank_methods"] if not REGISTRY[methods[m]["optimizer"]].ranked]
+    unranked = [m for m in cfg.rank_methods if not REGISTRY[methods[m]["optimizer"]].ranked]
     if unranked:
         raise ConfigError(f"rank_methods {unranked}: their state does not depend on a rank")
-    if cfg["headline"] not in cfg["rank_methods"]:
-        raise ConfigError(f"headline {cfg['headline']!r} must be one of rank_methods "
-                          f"{cfg['rank_methods']} (the loss at equal bytes is read there)")
+    if cfg.headline not in cfg.rank_methods:
+        raise ConfigError(f"headline {cfg.headline!r} must be one of rank_methods "
+                          f"{cfg.rank_methods} (the loss at equal bytes is read there)")
     if cfg.task == "sft" and cfg.sft_base_task == "gsm-synth":
         raise ConfigError("sft_base_task must be a task other than gsm-synth (the one "
                           "fine-tuned on)")
@@ -198,13 +198,13 @@ def config(scale: str = "default", **overrides: Any) -> Config:
 def reads_chosen(cfg: Config) -> bool:
     """Whether the rates come from a sweep's tables instead of a sweep (`config` sets
     `chosen_lrs` to None where its tables do not exist)."""
-    return cfg["chosen_lrs"] is not None
+    return cfg.chosen_lrs is not None
 
 
 def chosen_tables(cfg: Config) -> dict[str, Path]:
     """The sweep table and the rank table (`training_quality_report.sweep_table`, `rank_table`)
     of `cfg`'s task in the directory `chosen_lrs` (relative paths under the project root)."""
-    directory = paths.project_path(cfg["chosen_lrs"])
+    directory = paths.project_path(cfg.chosen_lrs)
     return {name: directory / f"{output_name(cfg, name)}.csv" for name in ("sweep", "ranks")}
 
 
@@ -219,7 +219,7 @@ def read_chosen(cfg: Config) -> pd.DataFrame:
     sweep_rows = pd.read_csv(tables["sweep"])
     rank_rows = pd.read_csv(tables["ranks"])
     rows, missing = [], []
-    for method, entry in cfg["methods"].items():
+    for method, entry in cfg.methods.items():
         mine = sweep_rows[sweep_rows["optimizer"] == label(cfg, method)]
         pick = mine[mine["chosen"].astype(bool)]
         if len(pick) != 1:
@@ -231,12 +231,12 @@ def read_chosen(cfg: Config) -> pd.DataFrame:
             raise ConfigError(f"chosen_lrs: {tables['sweep']} did not try {method}'s lrs "
                               f"{entry['lrs']}: it is another sweep's table")
         lr = _snap(float(pick["lr"].iloc[0]), ladder, tables["sweep"], method)
-        rows.append(dict(method=method, rank=cfg["rank"], lr=lr,
+        rows.append(dict(method=method, rank=cfg.rank, lr=lr,
                          at_edge=lr in (min(tried), max(tried))))
     base = {r["method"]: r["lr"] for r in rows}
-    for method in cfg["rank_methods"]:
-        for rank in cfg["ranks"]:
-            if rank == cfg["rank"] or method not in base:
+    for method in cfg.rank_methods:
+        for rank in cfg.ranks:
+            if rank == cfg.rank or method not in base:
                 continue
             pick = rank_rows[(rank_rows["optimizer"] == label(cfg, method))
                              & (rank_rows["rank"] == rank)]
@@ -249,7 +249,7 @@ def read_chosen(cfg: Config) -> pd.DataFrame:
                                       method),
                              at_edge=bool(pick["lr at edge"].iloc[0])))
     if missing:
-        raise ConfigError(f"chosen_lrs: {paths.project_path(cfg['chosen_lrs'])} has no chosen "
+        raise ConfigError(f"chosen_lrs: {paths.project_path(cfg.chosen_lrs)} has no chosen "
                           f"rate for {missing}; give the tables of a sweep that ran them, or "
                           f"sweep (chosen_lrs: null, the `sweep` scale)")
     return pd.DataFrame(rows).set_index(["method", "rank"])
@@ -260,7 +260,7 @@ def _ladder(lrs: list[float], cfg: Config) -> list[float]:
     either end, each float computed as `sweep` and `_bracket_ranks` compute it (`_below`,
     `_above`), so that a read rate names the very run the sweep trained."""
     below, above = [min(lrs)], [max(lrs)]
-    for _ in range(cfg["max_extensions"]):
+    for _ in range(cfg.max_extensions):
         below.append(_below(below[-1], cfg))
         above.append(_above(above[-1], cfg))
     return below[:0:-1] + sorted(map(float, lrs)) + above[1:]
@@ -268,18 +268,18 @@ def _ladder(lrs: list[float], cfg: Config) -> list[float]:
 
 def _below(lr: float, cfg: Config) -> float:
     """The rate a sweep adds below its smallest, `lr`."""
-    return lr / cfg["lr_step"]
+    return lr / cfg.lr_step
 
 
 def _above(lr: float, cfg: Config) -> float:
     """The rate a sweep adds above its largest, `lr`."""
-    return lr * cfg["lr_step"]
+    return lr * cfg.lr_step
 
 
 def _around(lr: float, cfg: Config) -> list[float]:
     """The rates a rank of the rank study starts from: the base rank's choice `lr` and one
     `lr_step` either side."""
-    return [lr * f for f in (1 / cfg["lr_step"], 1.0, cfg["lr_step"])]
+    return [lr * f for f in (1 / cfg.lr_step, 1.0, cfg.lr_step)]
 
 
 def _snap(printed: float, ladder: list[float], path: Path, method: str) -> float:
@@ -295,28 +295,28 @@ def _snap(printed: float, ladder: list[float], path: Path, method: str) -> float
 
 def output_name(cfg: Config, suffix: str = "") -> str:
     """figures/ name of a table or figure: training_quality[_sft][_suffix]."""
-    task = "" if cfg["task"] == "text" else f"_{cfg['task']}"
+    task = "" if cfg.task == "text" else f"_{cfg.task}"
     return f"{EXPERIMENT}{task}{'_' + suffix if suffix else ''}"
 
 
 def describe(cfg: Config) -> str:
     """One line: the benchmark, the model, the token budget and the seeds."""
-    if cfg["task"] == "text":
-        what = (f"text: Llama {cfg['layers']}×{cfg['hidden_size']} on bytes, "
-                f"{cfg['steps']} steps × {cfg['batch_size']} windows of {cfg['context']} bytes")
+    if cfg.task == "text":
+        what = (f"text: Llama {cfg.layers}×{cfg.hidden_size} on bytes, "
+                f"{cfg.steps} steps × {cfg.batch_size} windows of {cfg.context} bytes")
     else:
-        what = (f"sft: {cfg['sft_model']} architecture on gsm-synth solutions, "
-                f"{cfg['steps']} steps × {cfg['batch_size']} sequences")
+        what = (f"sft: {cfg.sft_model} architecture on gsm-synth solutions, "
+                f"{cfg.steps} steps × {cfg.batch_size} sequences")
     rates = (f"rates read from {chosen_tables(cfg)['sweep'].parent}" if reads_chosen(cfg)
              else "rates swept")
-    return (f"{what}; {len(cfg['methods'])} optimizers, {rates}, seeds {cfg['seeds']}, "
-            f"{worker_count(cfg['workers'])} worker(s)")
+    return (f"{what}; {len(cfg.methods)} optimizers, {rates}, seeds {cfg.seeds}, "
+            f"{worker_count(cfg.workers)} worker(s)")
 
 
 def label(cfg: Config, method: str) -> str:
     """The method's name in figures: its `label`, else the registry's label with its LoGRA rule
     if any."""
-    entry = cfg["methods"][method]
+    entry = cfg.methods[method]
     if "label" in entry:
         return entry["label"]
     details = [entry["reconstruction"]] if "reconstruction" in entry else []
@@ -338,8 +338,8 @@ def settings(cfg: Config, run: Run) -> dict[str, Any]:
     """What determines a run's result (its cache key)."""
     schedule = ("batch_size", "steps", "warmup_steps", "min_lr_ratio", "clip", "weight_decay",
                 "eval_every")
-    data = TEXT_KEYS if cfg["task"] == "text" else ("task", *SFT_KEYS)
-    method = {k: v for k, v in cfg["methods"][run.method].items() if k not in PRESENTATION}
+    data = TEXT_KEYS if cfg.task == "text" else ("task", *SFT_KEYS)
+    method = {k: v for k, v in cfg.methods[run.method].items() if k not in PRESENTATION}
     key = dict(code=fingerprint(*CODE), method=method, lr=run.lr, seed=run.seed,
                rank=run.rank, **{k: cfg[k] for k in sorted({*schedule, *data})})
     if REGISTRY[method["optimizer"]].projected or method.get("refresh_projections"):
@@ -352,13 +352,13 @@ def projection_gap(cfg: Config) -> int:
     `refresh_projections`): their recipes refresh
     50 times a run (every 200 of 10,000 steps), so this run refreshes `projection_refreshes`
     times too, not once or twice."""
-    return max(1, cfg["steps"] // cfg["projection_refreshes"])
+    return max(1, cfg.steps // cfg.projection_refreshes)
 
 
 def run_path(cfg: Config, run: Run) -> Path:
     digest = hashlib.sha256(json.dumps(settings(cfg, run), sort_keys=True).encode()).hexdigest()
-    prefix = "" if cfg["task"] == "text" else f"{cfg['task']}-"
-    return Path(cfg["results_dir"]) / EXPERIMENT / f"{prefix}{run.method}-{digest[:16]}.json"
+    prefix = "" if cfg.task == "text" else f"{cfg.task}-"
+    return Path(cfg.results_dir) / EXPERIMENT / f"{prefix}{run.method}-{digest[:16]}.json"
 
 
 def train(cfg: Config, run: Run) -> dict[str, Any]:
@@ -366,19 +366,19 @@ def train(cfg: Config, run: Run) -> dict[str, Any]:
     path = run_path(cfg, run)
     if path.exists():  # the run as asked now (the study and label are not in the cache key)
         return {**json.loads(path.read_text()), **asdict(run), "label": label(cfg, run.method)}
-    torch.set_num_threads(cfg["threads"])
+    torch.set_num_threads(cfg.threads)
     data = benchmark(cfg)
-    method = dict(cfg["methods"][run.method])
+    method = dict(cfg.methods[run.method])
     name = method.pop("optimizer")
     for key in ("lrs", *PRESENTATION):
         method.pop(key, None)
-    options = dict(lr=run.lr, weight_decay=cfg["weight_decay"], seed=run.seed, rank=run.rank,
+    options = dict(lr=run.lr, weight_decay=cfg.weight_decay, seed=run.seed, rank=run.rank,
                    lora_rank=run.rank, lora_alpha=2 * run.rank,
                    projection_gap=projection_gap(cfg), **method)
     model = wrap_model(name, data.model(run.seed), options)
     optimizer = build_optimizer(name, model, options)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(cfg["warmup_steps"], cfg["steps"], cfg["min_lr_ratio"]))
+        optimizer, warmup_cosine(cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio))
     trainable = [p for p in model.parameters() if p.requires_grad]
 
     def evaluate(split: str) -> float:
@@ -386,12 +386,12 @@ def train(cfg: Config, run: Run) -> dict[str, Any]:
 
     curve = [dict(step=0, train_loss=math.nan, validation_loss=evaluate("validation"))]
     seconds, losses = [], []
-    for step in range(1, cfg["steps"] + 1):
+    for step in range(1, cfg.steps + 1):
         batch = data.batch(run.seed, step - 1)
         start = time.perf_counter()
         loss = data.loss(model, batch)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, cfg["clip"])
+        torch.nn.utils.clip_grad_norm_(trainable, cfg.clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
@@ -399,8 +399,8 @@ def train(cfg: Config, run: Run) -> dict[str, Any]:
         losses.append(loss.item())
         if not math.isfinite(losses[-1]):
             break
-        if step % cfg["eval_every"] == 0 or step == cfg["steps"]:
-            curve.append(dict(step=step, train_loss=statistics.fmean(losses[-cfg["eval_every"]:]),
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            curve.append(dict(step=step, train_loss=statistics.fmean(losses[-cfg.eval_every:]),
                               validation_loss=evaluate("validation")))
     test_loss = evaluate("test") if math.isfinite(losses[-1]) else math.inf
     diverged = not all(math.isfinite(x) for x in
@@ -412,7 +412,7 @@ def train(cfg: Config, run: Run) -> dict[str, Any]:
         state_bytes=measured_state_bytes(optimizer),
         trainable=sum(p.numel() for p in trainable),
         step_ms=1000 * statistics.median(seconds[min(5, len(seconds) - 1):]),
-        threads=cfg["threads"],
+        threads=cfg.threads,
     )
     io.write_json(path, result)
     return result
@@ -421,7 +421,7 @@ def train(cfg: Config, run: Run) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ the plan
 
 def _jobs(cfg: Config, runs: list[Run], progress: bool, desc: str) -> list[dict]:
-    return run_jobs([(train, (cfg, r)) for r in runs], cfg["workers"], desc, progress=progress)
+    return run_jobs([(train, (cfg, r)) for r in runs], cfg.workers, desc, progress=progress)
 
 
 def _best(results: list[dict], method: str, study: str = "sweep",
@@ -439,14 +439,14 @@ def _finite_or_inf(x: float) -> float:
 
 def sweep(cfg: Config, progress: bool = True) -> list[dict]:
     """Every method's learning-rate sweep at `sweep_seed`, extended past any edge optimum."""
-    seed, rank = cfg["sweep_seed"], cfg["rank"]
+    seed, rank = cfg.sweep_seed, cfg.rank
     benchmark(cfg)  # data generated and cached here, before workers start (none writes it twice)
-    runs = [Run(m, float(lr), seed, rank, "sweep") for m, e in cfg["methods"].items()
+    runs = [Run(m, float(lr), seed, rank, "sweep") for m, e in cfg.methods.items()
             for lr in e["lrs"]]
     results = _jobs(cfg, runs, progress, f"{EXPERIMENT} sweep")
-    for _ in range(cfg["max_extensions"]):
+    for _ in range(cfg.max_extensions):
         extra = []
-        for method in cfg["methods"]:
+        for method in cfg.methods:
             lrs = sorted(r["lr"] for r in results if r["method"] == method)
             best = _best(results, method)["lr"]
             if best == lrs[0] and len(lrs) > 1:
@@ -466,17 +466,17 @@ def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
     if reads_chosen(cfg):
         return _run_chosen(cfg, progress)
     results = sweep(cfg, progress)
-    chosen = {m: _best(results, m)["lr"] for m in cfg["methods"]}
-    later = [Run(m, chosen[m], s, cfg["rank"], "seeds") for m in cfg["methods"]
-             for s in cfg["seeds"] if s != cfg["sweep_seed"]]
-    later += [Run(m, lr, cfg["sweep_seed"], r, "ranks") for m in cfg["rank_methods"]
-              for r in cfg["ranks"] if r != cfg["rank"] for lr in _around(chosen[m], cfg)]
+    chosen = {m: _best(results, m)["lr"] for m in cfg.methods}
+    later = [Run(m, chosen[m], s, cfg.rank, "seeds") for m in cfg.methods
+             for s in cfg.seeds if s != cfg.sweep_seed]
+    later += [Run(m, lr, cfg.sweep_seed, r, "ranks") for m in cfg.rank_methods
+              for r in cfg.ranks if r != cfg.rank for lr in _around(chosen[m], cfg)]
     results += _jobs(cfg, later, progress, f"{EXPERIMENT} seeds and ranks")
     results += _bracket_ranks(cfg, results, progress)
     at_rank = {(r["method"], r["rank"]): _best(results, r["method"], "ranks", r["rank"])["lr"]
                for r in results if r["study"] == "ranks"}
     spread = [Run(m, lr, s, r, "ranks") for (m, r), lr in at_rank.items()
-              for s in cfg["rank_seeds"] if s != cfg["sweep_seed"]]
+              for s in cfg.rank_seeds if s != cfg.sweep_seed]
     results += _jobs(cfg, spread, progress, f"{EXPERIMENT} rank seeds")
     frame = pd.DataFrame(results)
     frame["chosen"] = [r["lr"] == (at_rank[r["method"], r["rank"]] if r["study"] == "ranks"
@@ -487,11 +487,11 @@ def run(cfg: Config, progress: bool = True) -> pd.DataFrame:
 def _run_chosen(cfg: Config, progress: bool) -> pd.DataFrame:
     benchmark(cfg)  # data generated and cached here, before workers start
     chosen = read_chosen(cfg)["lr"]
-    runs = [Run(m, chosen[m, cfg["rank"]], s, cfg["rank"], "seeds") for m in cfg["methods"]
-            for s in cfg["seeds"]]
-    runs += [Run(m, chosen[m, r], s, r, "ranks") for m in cfg["rank_methods"]
-             for r in cfg["ranks"] if r != cfg["rank"]
-             for s in dict.fromkeys([cfg["sweep_seed"], *cfg["rank_seeds"]])]
+    runs = [Run(m, chosen[m, cfg.rank], s, cfg.rank, "seeds") for m in cfg.methods
+            for s in cfg.seeds]
+    runs += [Run(m, chosen[m, r], s, r, "ranks") for m in cfg.rank_methods
+             for r in cfg.ranks if r != cfg.rank
+             for s in dict.fromkeys([cfg.sweep_seed, *cfg.rank_seeds])]
     frame = pd.DataFrame(_jobs(cfg, runs, progress, f"{EXPERIMENT} seeds and ranks"))
     frame["chosen"] = True
     return frame
@@ -515,7 +515,7 @@ def _bracket_ranks(cfg: Config, results: list[dict], progress: bool) -> list[dic
     """Extra rank-study runs until no rank's best rate is at the edge of its rates (at most
     `max_extensions` rounds), as the sweep does for the base rank."""
     added: list[dict] = []
-    for _ in range(cfg["max_extensions"]):
+    for _ in range(cfg.max_extensions):
         extra = []
         for method, rank in sorted({(r["method"], r["rank"]) for r in results + added
                                     if r["study"] == "ranks"}):
@@ -523,9 +523,9 @@ def _bracket_ranks(cfg: Config, results: list[dict], progress: bool) -> list[dic
                          and r["method"] == method and r["rank"] == rank)
             best = _best(results + added, method, "ranks", rank)["lr"]
             if best == lrs[0]:
-                extra.append(Run(method, _below(lrs[0], cfg), cfg["sweep_seed"], rank, "ranks"))
+                extra.append(Run(method, _below(lrs[0], cfg), cfg.sweep_seed, rank, "ranks"))
             elif best == lrs[-1]:
-                extra.append(Run(method, _above(lrs[-1], cfg), cfg["sweep_seed"], rank, "ranks"))
+                extra.append(Run(method, _above(lrs[-1], cfg), cfg.sweep_seed, rank, "ranks"))
         if not extra:
             break
         added += _jobs(cfg, extra, progress, f"{EXPERIMENT} rank extension")

@@ -41,7 +41,7 @@ RULE_COLORS = {"gain": "tab:red", "nystrom": "lightcoral", "blend": "darkred",
 def color(cfg: Config, method: str) -> str:
     """The method's `color`, else the registry's colour: a shade of LoGRA's red per rule, gold
     with dense embeddings."""
-    entry = cfg["methods"][method]
+    entry = cfg.methods[method]
     if "color" in entry:
         return entry["color"]
     if entry.get("dense_embeddings"):
@@ -101,19 +101,19 @@ def _holm_column(pvalues: list[float]) -> list[float]:
 
 def rules_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Every LoGRA method paired by seed against `headline` (LoGRA's default rule)."""
-    methods = [m for m, e in cfg["methods"].items()
-               if e["optimizer"] == "logra" and m != cfg["headline"]]
-    return paired_table(frame, cfg, methods, cfg["headline"], "rule")
+    methods = [m for m, e in cfg.methods.items()
+               if e["optimizer"] == "logra" and m != cfg.headline]
+    return paired_table(frame, cfg, methods, cfg.headline, "rule")
 
 
 def recipe_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The `recipe_ladder` methods present (LoGRA with APOLLO's recipe added a piece at a
     time) paired by seed against `recipe_reference`: which piece closes the gap (empty when
     the reference is not among the methods)."""
-    if cfg["recipe_reference"] not in cfg["methods"]:
+    if cfg.recipe_reference not in cfg.methods:
         return pd.DataFrame()
-    methods = [m for m in cfg["recipe_ladder"] if m in cfg["methods"]]
-    return paired_table(frame, cfg, methods, cfg["recipe_reference"], "optimizer")
+    methods = [m for m in cfg.recipe_ladder if m in cfg.methods]
+    return paired_table(frame, cfg, methods, cfg.recipe_reference, "optimizer")
 
 
 def paired_table(frame: pd.DataFrame, cfg: Config, methods: list[str],
@@ -139,7 +139,7 @@ def summary(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     final = final_runs(frame)
     reference = final[final["method"] == REFERENCE].set_index("seed")
     choices = lr_choices(frame, cfg)
-    tests = {method: _paired(final, method, REFERENCE) for method in cfg["methods"]}
+    tests = {method: _paired(final, method, REFERENCE) for method in cfg.methods}
     adjusted = dict(zip(tests, _holm_column([p for *_, p in tests.values()]), strict=True))
     rows = []
     for method, (ratio, mean_diff, half, _) in tests.items():
@@ -147,7 +147,7 @@ def summary(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
         rows.append({
             "optimizer": label(cfg, method),
             "best lr": float(mine["lr"].iloc[0]),
-            "lr at grid edge": bool(choices.loc[(method, cfg["rank"]), "at_edge"]),
+            "lr at grid edge": bool(choices.loc[(method, cfg.rank), "at_edge"]),
             "test loss": mine["test_loss"].mean(),
             "± sd": mine["test_loss"].std(ddof=1) if len(mine) > 1 else math.nan,
             "seeds": len(mine),
@@ -169,11 +169,11 @@ def sweep_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     table the rates were read from for `cfg`'s methods, as they are."""
     if reads_chosen(cfg):
         table = pd.read_csv(chosen_tables(cfg)["sweep"])
-        labels = [label(cfg, method) for method in cfg["methods"]]
+        labels = [label(cfg, method) for method in cfg.methods]
         return table[table["optimizer"].isin(labels)].reset_index(drop=True)
     runs = frame[frame["study"] == "sweep"].sort_values(["method", "lr"])
     table = runs[["label", "lr", "validation_loss", "test_loss", "diverged", "chosen"]]
-    order = {m: i for i, m in enumerate(cfg["methods"])}
+    order = {m: i for i, m in enumerate(cfg.methods)}
     table = table.assign(order=runs["method"].map(order)).sort_values(["order", "lr"])
     return table.drop(columns="order").rename(columns={
         "label": "optimizer", "validation_loss": "validation loss", "test_loss": "test loss"})
@@ -181,11 +181,11 @@ def sweep_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
 
 def rank_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The rank-sized optimizers at every rank (chosen rate, sweep seed)."""
-    rows = frame[frame["method"].isin(cfg["rank_methods"]) & frame["chosen"]
-                 & (frame["seed"] == cfg["sweep_seed"])].drop_duplicates(["method", "rank"])
+    rows = frame[frame["method"].isin(cfg.rank_methods) & frame["chosen"]
+                 & (frame["seed"] == cfg.sweep_seed)].drop_duplicates(["method", "rank"])
     rows = rows.sort_values(["method", "rank"])
     reference = frame[(frame["method"] == REFERENCE) & frame["chosen"]
-                      & (frame["seed"] == cfg["sweep_seed"])].iloc[0]
+                      & (frame["seed"] == cfg.sweep_seed)].iloc[0]
     at_edge = lr_choices(frame, cfg)["at_edge"]
     return pd.DataFrame({
         "optimizer": rows["label"], "rank": rows["rank"], "best lr": rows["lr"],
@@ -199,8 +199,8 @@ def rank_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
 def _rank_runs(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """The rank-sized optimizers' runs at each rank's chosen rate, one per (method, rank, seed)
     of `rank_seeds` (the base rank's are the seeds study's)."""
-    runs = frame[frame["method"].isin(cfg["rank_methods"]) & frame["chosen"]
-                 & frame["seed"].isin(cfg["rank_seeds"])]
+    runs = frame[frame["method"].isin(cfg.rank_methods) & frame["chosen"]
+                 & frame["seed"].isin(cfg.rank_seeds)]
     return runs.drop_duplicates(["method", "rank", "seed"])
 
 
@@ -220,7 +220,7 @@ def losses_at_bytes(frame: pd.DataFrame, cfg: Config) -> tuple[float, pd.DataFra
     interpolated at the target, linearly in log bytes between its ranks at that seed (a method
     whose ranks do not span the target has no row)."""
     runs = _rank_runs(frame, cfg)
-    at_base = runs[(runs["method"] == cfg["headline"]) & (runs["rank"] == cfg["rank"])]
+    at_base = runs[(runs["method"] == cfg.headline) & (runs["rank"] == cfg.rank)]
     target = float(at_base["state_bytes"].mean()) / 1e6
     rows = []
     for (method, seed), of in runs.groupby(["method", "seed"], sort=False):
@@ -240,10 +240,10 @@ def equal_bytes(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     LoGRA method with the lowest mean *validation* loss at those bytes: chosen on one split,
     reported on the other), Holm over the table's tests, verdict at p < 0.05."""
     target, losses = losses_at_bytes(frame, cfg)
-    present = [m for m in cfg["rank_methods"] if m in set(losses["method"])]
+    present = [m for m in cfg.rank_methods if m in set(losses["method"])]
     validation = losses.groupby("method")["validation_loss"].mean()
-    logra = [m for m in present if cfg["methods"][m]["optimizer"] == "logra"]
-    best = min(logra or [cfg["headline"]], key=lambda m: validation[m])
+    logra = [m for m in present if cfg.methods[m]["optimizer"] == "logra"]
+    best = min(logra or [cfg.headline], key=lambda m: validation[m])
     others = [m for m in present if m != best]
     tests = {m: _paired(losses, m, best) for m in others}
     adjusted = dict(zip(others, _holm_column([p for *_, p in tests.values()]), strict=True))
@@ -274,7 +274,7 @@ def ranking_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     reference = pd.DataFrame(final.loc[final["method"] == REFERENCE, "curve"].iloc[0])
     before, last = reference["step"].iloc[-2], reference["step"].iloc[-1]
     rows = {}
-    for method in cfg["methods"]:
+    for method in cfg.methods:
         curves = pd.concat(pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"])
         by_step = curves.groupby("step")["validation_loss"]
         mean, sd = by_step.mean(), by_step.std(ddof=1)
@@ -319,11 +319,11 @@ def goal(frame: pd.DataFrame, cfg: Config, method: str | None = None) -> str:
     """The issue's goal, checked for `method` (default `headline`): within `goal_ratio` of
     AdamW's test loss with at most `goal_state` of its state, and ahead of GaLore and APOLLO
     at equal bytes (the headline's bytes at the base rank; `method` must be in rank_methods)."""
-    method = method or cfg["headline"]
+    method = method or cfg.headline
     table = summary(frame, cfg).set_index("optimizer")
     row = table.loc[label(cfg, method)]
-    close = row["loss / AdamW"] <= 1 + cfg["goal_ratio"]
-    small = row["state / AdamW"] <= cfg["goal_state"]
+    close = row["loss / AdamW"] <= 1 + cfg.goal_ratio
+    small = row["state / AdamW"] <= cfg.goal_state
     at_bytes = equal_bytes(frame, cfg).set_index("optimizer").iloc[:, 0]
     mine = at_bytes.get(label(cfg, method), math.nan)
     others = {k: v for k, v in at_bytes.items()
@@ -331,8 +331,8 @@ def goal(frame: pd.DataFrame, cfg: Config, method: str | None = None) -> str:
     compared = [v for v in others.values() if not math.isnan(v)]
     ahead = bool(compared) and not math.isnan(mine) and all(mine < v for v in compared)
     return (f"{label(cfg, method)}: loss/AdamW {row['loss / AdamW']:.4f} "
-            f"({'within' if close else 'outside'} {cfg['goal_ratio']:.0%}), state/AdamW "
-            f"{row['state / AdamW']:.3f} ({'≤' if small else '>'} {cfg['goal_state']:.0%}); "
+            f"({'within' if close else 'outside'} {cfg.goal_ratio:.0%}), state/AdamW "
+            f"{row['state / AdamW']:.3f} ({'≤' if small else '>'} {cfg.goal_state:.0%}); "
             f"at equal bytes {mine:.4f} vs "
             + ", ".join(f"{k} {v:.4f}" for k, v in others.items())
             + f" ({'ahead' if ahead else 'not ahead'}, one seed)")
@@ -341,7 +341,7 @@ def goal(frame: pd.DataFrame, cfg: Config, method: str | None = None) -> str:
 # ------------------------------------------------------------------------------ figures
 
 def _unit(cfg: Config) -> str:
-    return "byte" if cfg["task"] == "text" else "completion token"
+    return "byte" if cfg.task == "text" else "completion token"
 
 
 def plot_curves(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
@@ -349,20 +349,20 @@ def plot_curves(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     their range shaded."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     final = final_runs(frame)
-    for method in cfg["methods"]:
+    for method in cfg.methods:
         curves = [pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"]]
         by_step = pd.concat(curves).groupby("step")["validation_loss"]
         mean = by_step.mean()
         ax.plot(mean.index, mean.to_numpy(), label=label(cfg, method), color=color(cfg, method),
-                lw=2 if method in (REFERENCE, cfg["headline"]) else 1.2)
+                lw=2 if method in (REFERENCE, cfg.headline) else 1.2)
         ax.fill_between(mean.index, by_step.min().to_numpy(), by_step.max().to_numpy(),
                         color=color(cfg, method), alpha=0.15, lw=0)
     reference = final_runs(frame).query("method == @REFERENCE")["test_loss"].mean()
     ax.set_ylim(reference - 0.1, reference + 1.2)
     ax.set_xlabel("step")
     ax.set_ylabel(f"validation loss (nats / {_unit(cfg)})")
-    what = "Byte-level LM on Shakespeare" if cfg["task"] == "text" else "SFT on gsm-synth"
-    ax.set_title(f"{what}, {cfg['steps']} steps, each at its best lr")
+    what = "Byte-level LM on Shakespeare" if cfg.task == "text" else "SFT on gsm-synth"
+    ax.set_title(f"{what}, {cfg.steps} steps, each at its best lr")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
@@ -375,7 +375,7 @@ def plot_pareto(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     table = summary(frame, cfg)
     reference = table.loc[table["optimizer"] == label(cfg, REFERENCE), "test loss"].iloc[0]
     top = reference + 0.6
-    for method, row in zip(cfg["methods"], table.to_dict("records"), strict=True):
+    for method, row in zip(cfg.methods, table.to_dict("records"), strict=True):
         loss = row["test loss"]
         if loss > top:  # off the chart: drawn at its edge, with its value
             ax.plot(row["state MB"], top, "^", color=color(cfg, method), label=row["optimizer"])
@@ -385,7 +385,7 @@ def plot_pareto(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
         ax.errorbar(row["state MB"], loss, yerr=0 if math.isnan(row["± sd"]) else row["± sd"],
                     fmt="o", color=color(cfg, method), label=row["optimizer"], capsize=3)
     spread = rank_spread(frame, cfg)
-    for method in cfg["rank_methods"]:
+    for method in cfg.rank_methods:
         rows = spread[spread["method"] == method].sort_values("state_mb")
         ax.plot(rows["state_mb"], rows["mean"], "--", color=color(cfg, method), lw=1)
         ax.fill_between(rows["state_mb"], rows["low"], rows["high"], color=color(cfg, method),
@@ -429,7 +429,7 @@ def plot_sweep(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     runs = sweep_table(frame, cfg)
     best = runs.groupby("optimizer")["validation loss"].min()
     top = best.max() + 0.5  # every method's best point inside the axes
-    for method in cfg["methods"]:
+    for method in cfg.methods:
         rows = runs[runs["optimizer"] == label(cfg, method)].sort_values("lr")
         ax.plot(rows["lr"], rows["validation loss"].fillna(np.inf).clip(upper=top - 0.02), "o-",
                 ms=3, color=color(cfg, method), label=label(cfg, method))
