@@ -183,7 +183,7 @@ def measure(case: str, rounds: int, compiled: bool = False) -> dict[str, float]:
     samples: dict[str, list[float]] = {}
     for round_ in range(rounds + 3):
         for name, step in steps.items():
-            oc._set_grads(models[name], grads)
+            oc.set_grads(models[name], grads)
             start = time.perf_counter()
             with torch.no_grad():
                 phases = step()

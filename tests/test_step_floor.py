@@ -33,8 +33,8 @@ def test_the_floor_takes_logra_s_gain_step() -> None:
     generator = torch.Generator().manual_seed(3)
     for _ in range(3):
         grads = [torch.randn(p.shape, generator=generator) for p in floor_model.parameters()]
-        oc._set_grads(floor_model, grads)
-        oc._set_grads(logra_model, grads)
+        oc.set_grads(floor_model, grads)
+        oc.set_grads(logra_model, grads)
         floor.step()
         logra.step()
     moved = 0.0
@@ -56,7 +56,7 @@ def test_the_phases_take_logra_s_own_step() -> None:
     for _ in range(3):
         grads = [torch.randn(p.shape, generator=generator) for p in models[0].parameters()]
         for model in models:
-            oc._set_grads(model, grads)
+            oc.set_grads(model, grads)
         optimizers[0].step()
         with torch.no_grad():
             floor_script.logra_phases(optimizers[1])
@@ -99,7 +99,7 @@ def test_the_compiled_floor_takes_the_eager_floor_s_step() -> None:
     for _ in range(3):
         grads = [torch.randn(p.shape, generator=generator) for p in models[0].parameters()]
         for model in models:
-            oc._set_grads(model, grads)
+            oc.set_grads(model, grads)
         eager.step()
         compiled.step()
     for a, b, before in zip(models[0].parameters(), models[1].parameters(), start, strict=True):

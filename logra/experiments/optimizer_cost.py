@@ -233,7 +233,7 @@ def measure_case(case: str, cfg: Config) -> pd.DataFrame:
     peaks: dict[str, int] = dict.fromkeys(times, 0)
     for round_ in range(cfg.warmup_rounds + cfg.rounds):
         for name, _ in builders:
-            _set_grads(models[name], grad_values)
+            set_grads(models[name], grad_values)
             if cuda:  # the timed step's own peak above what was allocated before it
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
@@ -322,13 +322,15 @@ def timed(fn: Callable[[], Any], device: torch.device) -> float:
     return start.elapsed_time(end) / 1e3
 
 
-def _set_grads(model: nn.Module, grads: list[torch.Tensor]) -> None:
+def set_grads(model: nn.Module, grads: list[torch.Tensor]) -> None:
+    """Give `model`'s parameters, in order, copies of `grads` as their gradients (every
+    optimizer of a case steps on the same gradients)."""
     for p, g in zip(model.parameters(), grads, strict=True):
         p.grad = g.clone()
 
 
 def _timed_step(model: nn.Module, optimizer: Optimizer, grads: list[torch.Tensor]) -> float:
-    _set_grads(model, grads)
+    set_grads(model, grads)
     return timed(optimizer.step, next(model.parameters()).device)
 
 
