@@ -9,7 +9,6 @@ whole table. The rules of the verdicts are in `c7_claim` and `c8_claim`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -38,7 +37,7 @@ from logra.experiments.comparison import (
 )
 from logra.experiments.grpo_runs import Run
 from logra.experiments.plots import KL_FLOOR, line_with_band
-from logra.experiments.report import ClaimRow
+from logra.experiments.report import ClaimRow, Plot
 from logra.methods import METHODS, palette
 from logra.models import SCALES
 from logra.stats import Paired, holm, holm_cells, mcnemar, paired_t
@@ -515,7 +514,7 @@ def plot_training(runs: pd.DataFrame, cfg: Config) -> plt.Figure:
     return fig
 
 
-FIGURES: dict[str, Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]] = {
+FIGURES: dict[str, Plot] = {
     "comparison_sweep": plot_sweep,
     "comparison_accuracy": plot_accuracy,
     "comparison_cost": plot_cost,

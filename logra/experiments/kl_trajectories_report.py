@@ -8,8 +8,6 @@ schedules), and the verdicts `c5_claim` and `c6_claim` by the rules in their doc
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -18,7 +16,7 @@ import pandas as pd
 from logra.experiments.grpo_runs import command, is_real_scale
 from logra.experiments.kl_trajectories import NOTEBOOK, Config, config, grpo_config
 from logra.experiments.plots import KL_FLOOR, line_with_band
-from logra.experiments.report import ClaimRow
+from logra.experiments.report import ClaimRow, Plot
 from logra.methods import METHODS
 
 C5_REPORTED = ("naive random-projection compression of optimizer states makes KL(π_θ ‖ π_ref) "
@@ -431,7 +429,7 @@ def plot_calibration(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     return fig
 
 
-FIGURES: dict[str, Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]] = {
+FIGURES: dict[str, Plot] = {
     "kl_trajectories": plot_trajectories,
     "kl_calibration": plot_calibration,
 }

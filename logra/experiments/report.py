@@ -19,8 +19,8 @@ from logra.paths import FIGURES_SCALE, figures_dir
 
 FIGURES_DIR = figures_dir(FIGURES_SCALE)  # the committed figures/
 VERDICTS = ("reproduced", "not reproduced", "partly", "needs GPU scale", "inconsistent as reported")
-# An experiment's figure from its results frame and config: the values of its FIGURES
-Plot = Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]
+# An experiment's figure from its results frame and its typed Config: the values of its FIGURES
+Plot = Callable[[pd.DataFrame, Any], plt.Figure]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ it: `report.show_plot(sketch_error_plots.FIGURES, NAME, frame, cfg, figures_dir)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -18,6 +18,7 @@ import pandas as pd
 import seaborn as sns
 
 from logra.experiments.plots import rank_axis
+from logra.experiments.report import Plot
 from logra.experiments.sketch_error import QWEN_LAYERS, Config, summarize
 from logra.experiments.sketch_error_measures import METHODS, RULES, default_rtol
 
@@ -200,7 +201,7 @@ def plot_training(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     return fig
 
 
-FIGURES: dict[str, Callable[[pd.DataFrame, dict[str, Any]], plt.Figure]] = {
+FIGURES: dict[str, Plot] = {
     "sketch_error": plot_error_vs_rank,
     "sketch_error_cosine": plot_cosine_vs_rank,
     "sketch_error_direction": plot_direction_vs_rank,
