@@ -93,10 +93,12 @@ class DenseLoGRA:
             phi = u_L.norm(dim=0) / L.norm(dim=0)
             return P @ u_L + self.limit((G - P @ L) * phi[None, :])
         if self.reconstruction == "channel":
+            # √(n/r)·‖R[i,:]‖ and √(m/k)·‖L[:,j]‖ stand for ‖G[i,:]‖ and ‖G[:,j]‖
+            (m, k), (n, r) = P.shape, self.Q.shape
             if G.shape[0] >= G.shape[1]:  # rows are the channels
-                scaled = (u_R.norm(dim=1) / R.norm(dim=1))[:, None] * G
+                scaled = (u_R.norm(dim=1) / (R.norm(dim=1) * (n / r) ** 0.5))[:, None] * G
             else:
-                scaled = G * (u_L.norm(dim=0) / L.norm(dim=0))[None, :]
+                scaled = G * (u_L.norm(dim=0) / (L.norm(dim=0) * (m / k) ** 0.5))[None, :]
             return self.limit(scaled)
         raise ValueError(self.reconstruction)
 

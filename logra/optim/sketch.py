@@ -15,6 +15,7 @@ of per-shard products; the functions that form one take `reduce`, which sums it 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import torch
@@ -173,21 +174,31 @@ def column_gains(L: Tensor, u_L: Tensor) -> Tensor:
 
 
 def channel_gains(
-    L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor, rows_are_channels: bool
+    L: Tensor, R: Tensor, u_L: Tensor, u_R: Tensor, rows_are_channels: bool,
+    rows: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Row and column gains (s: (m,), c: (n,)) of the "channel" update D = diag(s) G diag(c),
     one of them all ones: APOLLO's channel-wise scaling (Zhu et al. 2024) read from the sketch
-    that keeps the larger side. Rows are the channels when m ≥ n: s_i = ‖u_R[i,:]‖ / ‖R[i,:]‖;
-    otherwise columns: c_j = ‖u_L[:,j]‖ / ‖L[:,j]‖. The full ratio, not its square root as in
-    `gain_factors`; 0 where the sketch's row or column is 0 (a zero row or column of G).
+    that keeps the larger side. Rows are the channels when m ≥ n, else columns:
 
-    With orthonormal projections ‖R[i,:]‖ ≈ √(r/n)·‖G[i,:]‖, so a channel of D has about the
-    norm of Adam's update, √n·‖u‖/√r (APOLLO's Gaussian projections keep ‖R[i,:]‖ ≈ ‖G[i,:]‖ and
-    give √(r/n) of that, which its learning rates absorb). Shapes: L, u_L k×n; R, u_R m×r.
+        s_i = ‖u_R[i,:]‖ / (√(n/r)·‖R[i,:]‖)        c_j = ‖u_L[:,j]‖ / (√(m/k)·‖L[:,j]‖)
+
+    The full ratio, not its square root as in `gain_factors`; 0 where the sketch's row or
+    column is 0 (a zero row or column of G). For an orthonormal Q, E‖(G Q)[i,:]‖² =
+    (r/n)·‖G[i,:]‖² (as `energies` reads it), so √(n/r)·‖R[i,:]‖ estimates ‖G[i,:]‖: the norm
+    APOLLO's Gaussian projections (entries N(0, 1/r)) divide by. A channel of D then has the
+    norm of Adam's direction in the sketch, ‖u_R[i,:]‖ ≈ √r, as in APOLLO, whose learning rates
+    carry over. Without the √(n/r) it would be √(n/r) times longer (Adam's own row norm, √n),
+    which the learning rate does not undo where the embeddings and head take dense AdamW steps
+    at the same rate (APOLLO's recipe; notebook 10's text model at rank 16: √(128/16) = 2.8).
+
+    Shapes: L, u_L k×n; R, u_R m×r (or this rank's rows of them: `rows` is then m).
     """
+    (k, n), (m, r) = L.shape, R.shape
+    m = m if rows is None else rows
     if rows_are_channels:
-        return ratio(norms(u_R, 1), norms(R, 1)), torch.ones_like(L[0])
-    return torch.ones_like(R[:, 0]), ratio(norms(u_L, 0), norms(L, 0))
+        return ratio(norms(u_R, 1), norms(R, 1)).mul_(math.sqrt(r / n)), torch.ones_like(L[0])
+    return torch.ones_like(R[:, 0]), ratio(norms(u_L, 0), norms(L, 0)).mul_(math.sqrt(k / m))
 
 
 def ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
