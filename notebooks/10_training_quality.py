@@ -59,12 +59,13 @@ seeds = None  # e.g. [0, 1, 2]; None: the scale's
 corpus = None  # text: "shakespeare" or a directory of .txt files; None: the scale's
 data_dir = None  # sft: where gsm-synth is generated; None: the scale's (results/data)
 results_dir = None  # where runs are cached; None: the scale's (results/)
+only = None  # e.g. ["logra-channel"]: just these methods (with AdamW and the headline); None: all
 
 # %%
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
 results = {}
 for task in tasks:
-    cfg = tq.config(scale, task=task, steps=steps, seeds=seeds, corpus=corpus,
+    cfg = tq.config(scale, only=only, task=task, steps=steps, seeds=seeds, corpus=corpus,
                     data_dir=data_dir, results_dir=results_dir)
     print(tq.describe(cfg))
     start = time.perf_counter()

@@ -99,6 +99,37 @@ def test_config_errors_name_the_method() -> None:
         tq.config("smoke", headline="galore", rank_methods=["logra-gain"])
 
 
+def test_only_keeps_the_named_methods_with_the_reference_and_the_headline() -> None:
+    cfg = tq.config("smoke", only=["galore"])
+    assert list(cfg.methods) == ["adamw", "galore", "logra-gain"]
+    assert cfg.rank_methods == ["logra-gain", "galore"]
+    with pytest.raises(ConfigError, match=r"only: \['sgd'\] are not methods"):
+        tq.config("smoke", only=["sgd"])
+
+
+def test_merge_chosen_replaces_the_swept_optimizers_rows_and_keeps_the_rest(tmp_path) -> None:
+    """A partial sweep's rows replace that optimizer's in place, a new optimizer goes last,
+    every other row stays as it was; a table missing from the target is an error."""
+    source, target = tmp_path / "partial", tmp_path / "figures"
+    source.mkdir(), target.mkdir()
+    columns = ["optimizer", "lr", "test loss", "chosen"]
+    old = pd.DataFrame([["AdamW", 1e-3, 2.1, True], ["GaLore", 1e-2, 2.0, True],
+                        ["GaLore", 3e-2, 2.2, False], ["Fira", 1e-2, 1.9, True]], columns=columns)
+    new = pd.DataFrame([["GaLore", 3e-2, 1.8, True], ["LoGRA", 1e-2, 1.7, True]], columns=columns)
+    old.to_csv(target / "training_quality_sweep.csv", index=False)
+    new.to_csv(source / "training_quality_sweep.csv", index=False)
+    assert tq.merge_chosen(source, target) == [target / "training_quality_sweep.csv"]
+    merged = pd.read_csv(target / "training_quality_sweep.csv")
+    assert merged.values.tolist() == [["AdamW", 1e-3, 2.1, True], ["GaLore", 3e-2, 1.8, True],
+                                      ["Fira", 1e-2, 1.9, True], ["LoGRA", 1e-2, 1.7, True]]
+    (source / "training_quality_sweep.csv").write_text("optimizer,lr,test loss,chosen\n")
+    new.to_csv(source / "training_quality_sft_ranks.csv", index=False)
+    before = (target / "training_quality_sweep.csv").read_bytes()
+    with pytest.raises(ConfigError, match=r"training_quality_sft_ranks\.csv does not exist"):
+        tq.merge_chosen(source, target)
+    assert (target / "training_quality_sweep.csv").read_bytes() == before  # nothing written
+
+
 def test_the_sweep_extends_past_an_edge_optimum(monkeypatch, tmp_path) -> None:
     """A loss that keeps falling to lr 0.1 pushes the grid up until max_extensions; one with an
     interior optimum is not extended."""

@@ -145,10 +145,13 @@ class Config(TypedConfig):
     threads: Count
 
 
-def config(scale: str = "default", **overrides: Any) -> Config:
+def config(scale: str = "default", only: list[str] | None = None, **overrides: Any) -> Config:
     """experiments/training_quality.yaml at `scale` (for the sft task, its `sft_overrides` on
     top, then the caller's), checked before any compute: the types, then the rules between
-    keys, then the chosen-rate tables if a directory of them is named."""
+    keys, then the chosen-rate tables if a directory of them is named. `only`: keep just these
+    of its methods, with the two every table is read against (AdamW and `headline`), e.g. to
+    sweep again the methods whose code changed (`merge_chosen` then puts their rows into the
+    committed tables)."""
     given = {k: v for k, v in overrides.items() if v is not None}
     values = load_config(EXPERIMENT, scale, **given)
     if values["task"] == "sft":  # the SFT benchmark's own schedule, then the caller's overrides
@@ -156,6 +159,8 @@ def config(scale: str = "default", **overrides: Any) -> Config:
         if unknown:
             raise ConfigError(f"sft_overrides: unknown keys {unknown}")
         values = {**values, **values["sft_overrides"], **{k: values[k] for k in given}}
+    if only is not None:
+        values = _only(values, only)
     cfg = Config.from_mapping(values)
     methods = cfg.methods
     if REFERENCE not in methods:
@@ -193,6 +198,44 @@ def config(scale: str = "default", **overrides: Any) -> Config:
         else:
             read_chosen(cfg)  # a table without a method or a rank fails here, before any run
     return cfg
+
+
+def _only(values: dict[str, Any], only: list[str]) -> dict[str, Any]:
+    """`values` with its methods cut to `only`, AdamW and `headline` (`config`)."""
+    unknown = sorted(set(only) - set(values["methods"]))
+    if unknown:
+        raise ConfigError(f"only: {unknown} are not methods of this scale "
+                          f"({list(values['methods'])})")
+    keep = {REFERENCE, values["headline"], *only}
+    return {**values, "methods": {m: e for m, e in values["methods"].items() if m in keep},
+            "rank_methods": [m for m in values["rank_methods"] if m in keep],
+            "recipe_ladder": [m for m in values["recipe_ladder"] if m in keep]}
+
+
+def merge_chosen(source: Path, target: Path) -> list[Path]:
+    """Put the rows of the chosen-rate tables in directory `source` (a sweep of some methods,
+    `config(only=...)`) into those of the same name in `target`: each optimizer of `source`
+    replaces its rows where it had them and is added at the end where not; every other row is
+    kept as it is. Returns the tables rewritten (each written atomically)."""
+    pairs = [(path, target / path.name) for suffix in ("sweep", "ranks")
+             for path in sorted(source.glob(f"{EXPERIMENT}*_{suffix}.csv"))]
+    if not pairs:
+        raise ConfigError(f"merge_chosen: {source} holds no {EXPERIMENT} sweep or rank table")
+    tables = []
+    for path, into in pairs:  # every table checked before any is written
+        if not into.is_file():
+            raise ConfigError(f"merge_chosen: {into} does not exist to merge {path} into")
+        new, old = pd.read_csv(path), pd.read_csv(into)
+        if list(new.columns) != list(old.columns):
+            raise ConfigError(f"merge_chosen: {path} and {into} have different columns")
+        tables.append((into, new, old))
+    for into, new, old in tables:
+        order = list(dict.fromkeys([*old["optimizer"], *new["optimizer"]]))
+        merged = pd.concat([old[~old["optimizer"].isin(new["optimizer"])], new])
+        merged = merged.assign(order=merged["optimizer"].map(order.index)).sort_values(
+            "order", kind="stable").drop(columns="order")
+        io.write_frame(into, merged)
+    return [into for into, _, _ in tables]
 
 
 def reads_chosen(cfg: Config) -> bool:
