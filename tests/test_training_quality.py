@@ -105,6 +105,9 @@ def test_only_keeps_the_named_methods_with_the_reference_and_the_headline() -> N
     assert cfg.rank_methods == ["logra-gain", "galore"]
     with pytest.raises(ConfigError, match=r"only: \['sgd'\] are not methods"):
         tq.config("smoke", only=["sgd"])
+    # a method of the text task alone is no error on sft, where it keeps the other two
+    sft = tq.config("default", task="sft", only=["logra-channel", "apollo"])
+    assert list(sft.methods) == ["adamw", "apollo", "logra-gain"]
 
 
 def test_merge_chosen_replaces_the_swept_optimizers_rows_and_keeps_the_rest(tmp_path) -> None:
