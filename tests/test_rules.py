@@ -112,3 +112,33 @@ def test_the_comm_hook_plan_follows_the_rules_declaration() -> None:
         assert (plan is not None) == sends_sketches
         if sends_sketches:
             assert plan[0].shape == (32, 4) and plan[1].shape == (24, 4)
+
+
+@pytest.mark.parametrize("shape", [(256, 64), (64, 256)])
+def test_the_channel_rule_steps_as_far_as_apollo_at_the_same_rate(shape) -> None:
+    """APOLLO's learning rates carry over to the channel rule: fed the same gradients, a
+    channel of Δ has about the norm of APOLLO's (whose Gaussian projections divide by ≈‖G[i,:]‖,
+    the rule by √(n/r)·‖R[i,:]‖); without the √(r/n) it would be √(64/16) = 2 times longer.
+    Rows are the channels of the tall matrix, columns of the wide one, in both."""
+    apollo = pytest.importorskip("apollo_torch")
+    torch.manual_seed(0)
+    weight = torch.randn(shape)
+    grads = [torch.randn(shape) * torch.rand(shape[0], 1) for _ in range(3)]
+
+    def last_step(make) -> torch.Tensor:
+        param = nn.Parameter(weight.clone())
+        opt = make([param])
+        for grad in grads:
+            before = param.detach().clone()
+            param.grad = grad.clone()
+            opt.step()
+        return param.detach() - before
+
+    ours = last_step(lambda ps: LoGRA(ps, lr=1e-3, rank=16, weight_decay=0.0,
+                                      reconstruction="channel"))
+    theirs = last_step(lambda ps: apollo.APOLLOAdamW(
+        [{"params": ps, "rank": 16, "proj": "random", "scale_type": "channel", "scale": 1.0,
+          "update_proj_gap": 200, "proj_type": "std"}], lr=1e-3, weight_decay=0.0))
+    dim = 1 if shape[0] >= shape[1] else 0
+    ratio = (ours.norm(dim=dim) / theirs.norm(dim=dim)).median().item()
+    assert 0.8 < ratio < 1.25, ratio
