@@ -188,7 +188,7 @@ def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
     """The README's equal-bytes bullet quotes figures/training_quality*_equal_bytes.csv: every
     optimizer's mean loss at the bytes, and every paired difference with its interval."""
     text = _section("Running things")
-    text = text[text.index("* **It does not lead at equal memory"):]
+    text = text[text.index("* **At equal memory LoGRA's best ties"):]
     text = " ".join(text[:text.index("\n* ")].split())
     numbers = [float(x.replace("−", "-")) for x in re.findall(r"[−+]?\d+\.\d+", text)]
     pairs = [(float(a.replace("−", "-")), float(b))
