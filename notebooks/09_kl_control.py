@@ -31,6 +31,7 @@
 #   its own lr;
 # * **stress** at the largest lr: does the naive projection run away (C5), does the control
 #   prevent a runaway (C6)?
+# * **bands**: the points the verdict turns on, again at three seeds;
 # * **drift budget** (beyond the report): a bound on KL(π_θ ‖ π_ref) against GRPO's β·KL
 #   penalty, fixed and adaptive, at the stress lr where each of them binds;
 # * **cost**: seconds per step with and without the control.
@@ -54,7 +55,7 @@ figures_dir = None  # None: figures/ at the default scale, else results/<scale>/
 seeds = None  # e.g. [0, 1, 2]; None: the scale's
 steps = None  # GRPO steps per run; None: the scale's
 results_dir = None  # where runs are cached; None: the scale's (results/)
-studies = None  # which parts run, of "frontier", "budget", "cost"; None: the scale's (all)
+studies = None  # which parts run, of "frontier", "bands", "budget", "cost"; None: the scale's
 
 # %%
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
@@ -106,7 +107,24 @@ if "frontier" in cfg.studies:
     report.show_table(kcr.stress_table(frame, problems, cfg), "kl_control_stress", figures_dir)
 
 # %% [markdown]
-# ## 3 · A budget on the drift from the reference, against the soft controls
+# ## 3 · Seed bands where the verdict turns
+#
+# The frontier is one seed per point. The points the verdict above turns on (`band_points`: the
+# best controlled point, its lr without the control, and the lr cut around it in KL) again at
+# every seed of `band_seeds`: the same tables on seed means, bars over the seeds' range, paired
+# tests on per-problem means over seeds, and C6 on all seeds. Seed 0 is the frontier's run.
+
+# %%
+if "bands" in cfg.studies:
+    report.show_figure(kcr.plot_frontier(frame, problems, cfg, study="bands"),
+                       "kl_control_bands", figures_dir)
+    report.show_table(kcr.bands_table(frame, problems, cfg), "kl_control_bands", figures_dir)
+    report.show_table(kcr.lr_matched_table(frame, problems, cfg, study="bands"),
+                      "kl_control_bands_lr_matched", figures_dir)
+    report.show_claims(kcr.bands_claims(frame, problems, cfg), "kl_control_bands", figures_dir)
+
+# %% [markdown]
+# ## 4 · A budget on the drift from the reference, against the soft controls
 #
 # LoGRA without a per-step δ in every run; only the control of the drift differs. The budget is
 # enforced on the KL measured on each step's sampled batch before the step (the largest of the
@@ -125,7 +143,7 @@ if "budget" in cfg.studies and cfg.budget_runs:
     report.show_table(kcr.budget_table(frame, problems, cfg), "kl_control_budget", figures_dir)
 
 # %% [markdown]
-# ## 4 · What the control costs
+# ## 5 · What the control costs
 #
 # Seconds per GRPO step (sampling, update, measurements) of dense AdamW, LoGRA without control,
 # LoGRA with the default estimate (an exact JVP probe every few steps) and with the probe on the

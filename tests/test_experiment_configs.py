@@ -54,7 +54,7 @@ def test_every_scale_validates_and_keeps_the_yaml_values_exactly(experiment: str
 @pytest.mark.parametrize(("experiment", "overrides", "message"), [
     ("kl_control", {"seeds": []}, r"seeds: list should have at least 1 item"),
     ("kl_control", {"studies": ["frontier", "bugdet"]},
-     r"studies: input should be 'frontier', 'budget' or 'cost', got 'bugdet'"),
+     r"studies: input should be 'frontier', 'bands', 'budget' or 'cost', got 'bugdet'"),
     ("kl_control", {"budget_method": "logra-nokll"},
      r"budget_method: input should be one of \['adamw', .*'logra-nokl'.*\], got 'logra-nokll'"),
     ("comparison", {"methods": ["adamw", "lorra"]}, r"methods: input should be one of .*'lorra'"),

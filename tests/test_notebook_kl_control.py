@@ -28,6 +28,10 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
     assert ("logra", 1e-3, 5e-3) in {(r.method, r.lr, r.delta) for r in frontier}
     # a point without δ: the experiment's predicted_kl_threshold if controlled, else None
     assert {r.delta for r in frontier if r.method == "adamw"} == {None}
+    bands = [r for r in runs if r.study == "bands"]
+    assert [(r.method, r.lr, r.delta, r.seed) for r in bands] == [
+        (method, lr, delta, seed) for method, lr, delta in kc._points(cfg, "band_points")
+        for seed in cfg.band_seeds]
     budget = [r for r in runs if r.study == "budget"]
     assert {r.setting for r in budget} == set(cfg.budget_runs)
     assert len(budget) == len(cfg.budget_runs) * len(cfg.budget_seeds)
@@ -38,7 +42,8 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
         default["budget_runs"])
 
 
-@pytest.mark.parametrize("studies", [["budget"], ["frontier"], ["cost"], ["frontier", "budget"]])
+@pytest.mark.parametrize("studies", [["budget"], ["frontier"], ["bands"], ["cost"],
+                                     ["frontier", "budget"]])
 def test_studies_select_the_runs_planned(studies) -> None:
     runs = kc.plan(kc.config("full", studies=studies))
     assert {r.study for r in runs} == set(studies) - {"cost"}
@@ -48,7 +53,8 @@ def test_studies_select_the_runs_planned(studies) -> None:
 
 @pytest.mark.parametrize(("studies", "message"), [
     ([], "studies: list should have at least 1 item"),
-    (["budget", "sweep"], "studies: input should be 'frontier', 'budget' or 'cost', got 'sweep'"),
+    (["budget", "sweep"],
+     "studies: input should be 'frontier', 'bands', 'budget' or 'cost', got 'sweep'"),
     ("budget", "studies must be list like")])
 def test_bad_studies_fail_before_any_run(studies, message) -> None:
     with pytest.raises(ValueError, match=message):
@@ -74,8 +80,11 @@ def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
                                        "drift budget B = 0.03", 1)])
     assert budget.kl_drift_budget == 0.03 and budget.predicted_kl_threshold is None
     assert budget.steps == cfg.budget_steps and budget.drift_probe_every == 20
-    dirs = {grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)}
-    assert len(dirs) == len(kc.plan(cfg))  # each run is its own cached directory
+    dirs = {r: grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)}
+    own = [d for r, d in dirs.items() if r.study != "bands"]
+    assert len(set(own)) == len(own)  # each run is its own cached directory ...
+    # ... and a band point at a frontier seed is the frontier's run
+    assert {d for r, d in dirs.items() if r.study == "bands"} <= set(own)
     # the points with notebook 04's method, lr and seed are notebook 04's runs
     default, theirs = kc.config("default"), comparison.config("default")
     for method, lr in (("adamw", 1e-4), ("logra", 3e-4), ("logra", 1e-3)):
@@ -99,6 +108,40 @@ def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
 def test_bad_points_fail_before_any_run(points, message) -> None:
     with pytest.raises(ValueError, match=message):
         kc.config("default", points=points)
+
+
+@pytest.mark.parametrize(("band_points", "message"), [
+    ([], "band_points is empty"),
+    ([["logra", 1e-3, 5e-3], ["logra", 1e-3, 5e-3]], "band_points: an entry is given twice"),
+    ([["sgd", 1e-3]], "band_points: unknown method 'sgd'"),
+])
+def test_bad_band_points_fail_before_any_run(band_points, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        kc.config("default", band_points=band_points)
+    kc.config("default", band_points=band_points, studies=["frontier"])  # not asked: not read
+
+
+def test_a_run_two_studies_share_is_trained_once(monkeypatch, tmp_path) -> None:
+    cfg = kc.config("smoke", results_dir=str(tmp_path), studies=["frontier", "bands"])
+    trained = []
+
+    def fake_run_jobs(jobs, workers, desc, progress):
+        trained.extend(grpo.run_dir(args[0]) for _, args in jobs)
+        evaluated = pd.DataFrame({"step": [0, 0, 3, 3], "problem": [0, 1, 0, 1],
+                                  "greedy": [0.0, 1.0, 1.0, 1.0], "sampled": np.nan})
+        return [(pd.DataFrame({c: [1.0] for c in runner.COLUMNS}), evaluated) for _ in jobs]
+
+    monkeypatch.setattr(kc, "run_jobs", fake_run_jobs)
+    monkeypatch.setattr(kc.grpo_runs, "prepare_inputs", lambda *args: None)
+    frame, problems = kc.run(cfg, progress=False)
+    runs = kc.plan(cfg)
+    shared = sum(r.study == "bands" and r.seed in cfg.seeds for r in runs)
+    assert shared > 0
+    assert len(trained) == len(set(trained)) == len(runs) - shared
+    # every run is in the frame under its own study, the shared ones under both
+    assert len(frame) == len(runs)
+    assert (frame["study"] == "bands").sum() == len(cfg.band_points) * len(cfg.band_seeds)
+    assert set(problems["study"]) == {"frontier", "bands", ""}
 
 
 def test_bad_budget_method_fails() -> None:
@@ -253,3 +296,13 @@ def test_notebook_writes_its_figures_tables_and_claims(executed, assert_figure) 
     assert cost.loc[cost["setting"] == "dense AdamW (torch)", "÷ dense AdamW"].item() == 1.0
     claims = pd.read_csv(out / "claims_kl_control.csv")
     assert list(claims["claim"]) == ["C5", "C6"] and claims["verdict"].isin(VERDICTS).all()
+    bands = pd.read_csv(out / "kl_control_bands.csv")
+    assert len(bands) == len(cfg.band_points)
+    assert (bands["seeds"] == len(cfg.band_seeds)).all()
+    assert (bands["greedy pass@1 (%), seed min"] <= bands["greedy pass@1 (%)"]).all()
+    assert (bands["greedy pass@1 (%)"] <= bands["greedy pass@1 (%), seed max"]).all()
+    banded = pd.read_csv(out / "kl_control_bands_lr_matched.csv")
+    assert len(banded) == 2 * sum(len(p) == 3 for p in cfg.band_points)
+    band_claims = pd.read_csv(out / "claims_kl_control_bands.csv")
+    assert list(band_claims["claim"]) == ["C6"]
+    assert band_claims["scale"].str.endswith(f"{len(cfg.band_seeds)} seed(s)").all()

@@ -14,6 +14,10 @@ run, and against the obvious alternative, a smaller learning rate:
   uncontrolled run at its own lr (`frontier_table`, Holm's correction over the table).
 - **stress**: the runs of `points` at `stress_lr`, where uncontrolled steps are largest: does the
   naive projection run away (C5), does the control prevent a runaway (C6)?
+- **bands**: the few points on which the frontier's verdict turns (`band_points`: a controlled
+  point, its lr cut around it in KL, its lr without the control) at every seed of `band_seeds`,
+  the same comparisons and C6 on seed means. A band point that is one of `points`, at a seed of
+  `seeds`, is the frontier's run, trained once, so the bands cost only the other seeds.
 - **budget** (beyond the report; where `budget_runs` is set): a bound B on the drift
   KL(π_θ ‖ π_ref) against GRPO's β·KL penalty, fixed and adaptive (Ziegler et al. 2019).
 - **cost**: seconds per GRPO step with and without the control (`control_cost`).
@@ -66,7 +70,7 @@ BASE = "base"  # the policy before RL, in `problems`
 MEASURES = ("greedy", "sampled")
 # a controlled method's twin without the control: its lr cut
 FREE = {"adamw-kl": "adamw", "logra": "logra-nokl"}
-STUDIES = ("frontier", "budget", "cost")  # the parts `studies` can select
+STUDIES = ("frontier", "bands", "budget", "cost")  # the parts `studies` can select
 
 
 def family(method: str) -> str:
@@ -74,26 +78,26 @@ def family(method: str) -> str:
     return FREE.get(method, method)
 
 
-def _points(cfg: Config) -> list[tuple[str, float, float | None]]:
-    """`points` as (method, lr, δ): δ is the entry's third value, else
-    `predicted_kl_threshold`, for a controlled method, and None for the others. ValueError
-    naming a bad entry."""
+def _points(cfg: Config, key: str = "points") -> list[tuple[str, float, float | None]]:
+    """`points` (or `band_points`, by `key`) as (method, lr, δ): δ is the entry's third value,
+    else `predicted_kl_threshold`, for a controlled method, and None for the others. ValueError
+    naming the key and a bad entry."""
     points = []
-    for entry in cfg.points:  # [method, lr] or [method, lr, δ]: the type says so
+    for entry in cfg[key]:  # [method, lr] or [method, lr, δ]: the type says so
         method, lr, *delta = entry
         if method not in METHODS:
-            raise ValueError(f"points: unknown method {method!r}; valid: {list(METHODS)}")
+            raise ValueError(f"{key}: unknown method {method!r}; valid: {list(METHODS)}")
         if not isinstance(lr, int | float) or not lr > 0:
-            raise ValueError(f"points: {entry!r}: the lr must be a positive number")
+            raise ValueError(f"{key}: {entry!r}: the lr must be a positive number")
         controlled = METHODS[method].controlled
         if delta and not controlled:
-            raise ValueError(f"points: {entry!r}: {method!r} has no KL control to give a δ")
+            raise ValueError(f"{key}: {entry!r}: {method!r} has no KL control to give a δ")
         value = (delta[0] if delta else cfg.predicted_kl_threshold) if controlled else None
         if controlled and not (isinstance(value, int | float) and value > 0):
-            raise ValueError(f"points: {entry!r}: δ must be a positive number")
+            raise ValueError(f"{key}: {entry!r}: δ must be a positive number")
         points.append((method, float(lr), value))
     if len(set(points)) < len(points):
-        raise ValueError("points: an entry is given twice")
+        raise ValueError(f"{key}: an entry is given twice")
     return points
 
 
@@ -109,6 +113,8 @@ class Config(grpo_runs.GRPOExperiment):
     points: Annotated[list[Annotated[list[Any], Field(min_length=2, max_length=3)]],
                       Field(min_length=1)]
     stress_lr: Positive
+    band_points: list[Annotated[list[Any], Field(min_length=2, max_length=3)]]  # as points
+    band_seeds: Seeds
     studies: Annotated[list[Literal[STUDIES]], Field(min_length=1)]
     budget_runs: dict[str, dict[str, Any]]  # GRPO keys, checked when each run's is built
     budget_method: Method
@@ -138,6 +144,9 @@ def config(scale: str = "default", **overrides: Any) -> Config:
     if "frontier" in cfg.studies and not {"adamw", "naive"} <= stress:
         raise ValueError(f"points must hold adamw and naive at stress_lr {cfg.stress_lr:g} "
                          f"(the C5 stress test); they hold {sorted(stress)}")
+    if "bands" in cfg.studies and not _points(cfg, "band_points"):
+        raise ValueError("band_points is empty: give the points to band, or leave 'bands' out "
+                         "of studies")
     if cfg.budget_runs and not METHODS[cfg.budget_method].controllable:
         raise ValueError(f"budget_method must be one of "
                          f"{[m for m, spec in METHODS.items() if spec.controllable]}, "
@@ -146,14 +155,20 @@ def config(scale: str = "default", **overrides: Any) -> Config:
 
 
 def plan(cfg: Config) -> list[Run]:
-    """Every run of the `studies` asked for: the points at every seed, then the budget study's
-    (each budget run also has its `setting`, its name in `budget_runs`, and the GRPO keys that
-    setting gives), each evaluated before and after training."""
+    """Every run of the `studies` asked for: the points at every seed, the band points at every
+    band seed, then the budget study's (each budget run also has its `setting`, its name in
+    `budget_runs`, and the GRPO keys that setting gives), each evaluated before and after
+    training."""
     runs = []
     if "frontier" in cfg.studies:
         runs += [Run(study="frontier", method=method, lr=lr, delta=delta, seed=seed,
                      eval_every=cfg.steps)
                  for method, lr, delta in _points(cfg) for seed in cfg.seeds]
+    if "bands" in cfg.studies:
+        runs += [Run(study="bands", method=method, lr=lr, delta=delta, seed=seed,
+                     eval_every=cfg.steps)
+                 for method, lr, delta in _points(cfg, "band_points")
+                 for seed in cfg.band_seeds]
     if "budget" not in cfg.studies:
         return runs
     # the budget is judged on the probe, not the noisy batch KL
@@ -186,14 +201,16 @@ def run(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]
     runs = plan(cfg)
     configs = [grpo_config(cfg, r) for r in runs]
     grpo_runs.prepare_inputs(cfg.results_dir, [configs[0].model], [configs[0].task])
-    order = sorted(range(len(runs)),  # the longest first
+    # a run two studies share (a band point at a frontier seed) is trained once
+    first = {grpo.run_dir(c): i for i, c in reversed(list(enumerate(configs)))}
+    order = sorted(first.values(),  # the longest first
                    key=lambda i: -METHODS[runs[i].method].cost * configs[i].steps)
     results = run_jobs([(_job, (configs[i],)) for i in order], cfg.workers, EXPERIMENT,
                        progress)
     done = dict(zip(order, results, strict=True))
     frames, problems = [], []
-    for i, r in enumerate(runs):  # in the order of `plan`, the tables' order
-        records, evaluated = done[i]
+    for r, c in zip(runs, configs, strict=True):  # in the order of `plan`, the tables' order
+        records, evaluated = done[first[grpo.run_dir(c)]]
         keys = dict(study=r.study, method=r.method, lr=r.lr, seed=r.seed, setting=r.setting,
                     delta=math.nan if r.delta is None else r.delta)
         frames.append(records.assign(**keys))

@@ -1,7 +1,8 @@
 """Notebook 09's tables, figures and claims (C5, C6 at proxy scale), from the runs
 `logra.experiments.kl_control` plans and trains: one row per run (`per_run`), the frontier
 against the lr cut (`frontier_table`, `lr_matched_table`), the stress test (`stress_table`,
-`c5_stress_claim`, `c6_stress_claim`) and the drift budget (`budget_table`). Paired tests are
+`c5_stress_claim`, `c6_stress_claim`), the drift budget (`budget_table`) and the seed bands
+(`bands_table`, and the frontier's tables and C6 read with `study="bands"`). Paired tests are
 per problem (`comparison_report.paired`), Holm's correction over each table.
 """
 
@@ -41,6 +42,12 @@ DELTA_MARKERS = ("^", "s", "D", "v", "P", "X")  # one per δ, in the order of `p
 
 def _runs(frame: pd.DataFrame, study: str) -> pd.DataFrame:
     return frame[frame["study"] == study]
+
+
+def _study_problems(problems: pd.DataFrame, study: str) -> pd.DataFrame:
+    """The evaluations of `study`'s runs and of the policy before RL (a band point at a
+    frontier seed is evaluated once, but listed under both studies)."""
+    return problems[(problems["study"] == study) | (problems["method"] == BASE)]
 
 
 def per_run(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.DataFrame:
@@ -91,12 +98,12 @@ def _point_groups(runs: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
     return runs.groupby(["method", "lr", "delta"], dropna=False, sort=False)
 
 
-def frontier_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
-                   ) -> pd.DataFrame:
-    """One row per point (method, lr, δ): seeds, steps the control cut, median step KL, final
-    and peak KL to the reference, held-out pass@1 (%, seed mean) and its gain over the policy
-    before RL (points), reward of the last steps, s/step."""
-    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+def frontier_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
+                   study: str = "frontier") -> pd.DataFrame:
+    """One row per point (method, lr, δ) of `study`: seeds, steps the control cut, median step
+    KL, final and peak KL to the reference, held-out pass@1 (%, seed mean) and its gain over the
+    policy before RL (points), reward of the last steps, s/step."""
+    runs = per_run(_runs(frame, study), problems, cfg)
     rows = []
     for (method, lr, delta), r in _point_groups(runs):
         rows.append({
@@ -141,14 +148,16 @@ def _by_problem(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.groupby("problem")[list(MEASURES)].agg(["mean", "count"])
 
 
-def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
-                     ) -> pd.DataFrame:
-    """Per controlled point and measure: its final KL and held-out pass@1 (%); the lr cut's
+def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
+                     study: str = "frontier") -> pd.DataFrame:
+    """Per controlled point of `study` and measure: its final KL and held-out pass@1 (%); the
+    lr cut's
     pass@1 at the same KL (`lr_matched`, "NaN" outside the cut's range) and the difference;
     paired per-problem tests (`comparison_report.paired`, per-problem means over seeds) against the
     lr-cut run nearest in final KL (log distance) and against the uncontrolled run at the same
     lr, with Holm's correction over every test of the table."""
-    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+    problems = _study_problems(problems, study)
+    runs = per_run(_runs(frame, study), problems, cfg)
     rows, tests = [], []
     for (method, lr, delta), r in _point_groups(runs):
         if math.isnan(delta):
@@ -243,8 +252,25 @@ def stress_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     return table
 
 
-def _stress_runs(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
-    runs = _runs(frame, "frontier")
+def bands_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.DataFrame:
+    """The band points: `frontier_table`'s columns on the bands study, with the seeds' lowest
+    and highest final KL and pass@1 beside the means, and the first step each seed's smoothed
+    KL exceeds `runaway_kl`."""
+    runs = _runs(frame, "bands")
+    table = frontier_table(runs, problems, cfg, study="bands")
+    groups = _point_groups(per_run(runs, problems, cfg))
+    for column, label, scale in [("final_kl", "final KL to ref", 1.0),
+                                 *[(m, f"{m} pass@1 (%)", 100.0) for m in measured(problems)]]:
+        at = table.columns.get_loc(label) + 1
+        table.insert(at, f"{label}, seed max", [scale * r[column].max() for _, r in groups])
+        table.insert(at, f"{label}, seed min", [scale * r[column].min() for _, r in groups])
+    table.insert(len(table.columns) - 1, f"first step with KL > {cfg.runaway_kl:g}",
+                 [_steps_text(s) for _, s in groups["first_runaway_step"]])
+    return table
+
+
+def _stress_runs(frame: pd.DataFrame, cfg: Config, study: str = "frontier") -> pd.DataFrame:
+    runs = _runs(frame, study)
     return runs[runs["lr"] == cfg.stress_lr]
 
 
@@ -256,11 +282,11 @@ def _steps_text(steps: pd.Series) -> str:
 # ---------------------------------------------------------------- claims
 
 
-def _scale_text(frame: pd.DataFrame, cfg: Config) -> str:
+def _scale_text(frame: pd.DataFrame, cfg: Config, study: str = "frontier") -> str:
     example = grpo_config(cfg, plan(cfg)[0])
     return (f"{cfg.scale}: {example.model}, lr {cfg.stress_lr:g}, {cfg.steps} GRPO "
             f"steps ({example.prompts_per_step} × {example.group_size}), "
-            f"{_stress_runs(frame, cfg)['seed'].nunique()} seed(s)")
+            f"{_stress_runs(frame, cfg, study)['seed'].nunique()} seed(s)")
 
 
 def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
@@ -295,15 +321,16 @@ def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                     "steps (proxy stress test)", text, _scale_text(frame, cfg), verdict)
 
 
-def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
-                    ) -> ClaimRow:
-    """C6 at the stress learning rate: does the control prevent a runaway? For each controlled
-    method with its uncontrolled twin (`FREE`) at `stress_lr`: reproduced when the uncontrolled
+def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
+                    study: str = "frontier") -> ClaimRow:
+    """C6 at the stress learning rate, on `study`'s runs (the frontier's, or the seed bands'):
+    does the control prevent a runaway? For each controlled method with its uncontrolled twin
+    (`FREE`) at `stress_lr`: reproduced when the uncontrolled
     run's smoothed KL exceeds `runaway_kl` and the controlled one's never does, with held-out
     greedy pass@1 no lower (seed mean); partly when the control at least divides the peak KL by
     `c6_factor`; not reproduced otherwise, or when no uncontrolled run runs away (nothing to
     prevent)."""
-    runs = per_run(_stress_runs(frame, cfg), problems, cfg)
+    runs = per_run(_stress_runs(frame, cfg, study), problems, cfg)
     parts, outcomes = [], []
     for method, free_method in FREE.items():
         free = runs[runs["method"] == free_method]
@@ -329,11 +356,20 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                "not reproduced")
     text = "; ".join(parts) + f" (runaway: KL > {cfg.runaway_kl:g}; outcome {outcomes})"
     return ClaimRow("C6", "predicted-KL step control prevents the KL collapse (proxy stress test)",
-                    text, _scale_text(frame, cfg), verdict)
+                    text, _scale_text(frame, cfg, study), verdict)
 
 
 def claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> list[ClaimRow]:
     return [c5_stress_claim(frame, problems, cfg), c6_stress_claim(frame, problems, cfg)]
+
+
+def bands_claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> list[ClaimRow]:
+    """C6 on the seed bands, where they hold a controlled point and its uncontrolled twin at
+    `stress_lr`; none otherwise."""
+    methods = set(_stress_runs(frame, cfg, "bands")["method"])
+    if not any({method, free} <= methods for method, free in FREE.items()):
+        return []
+    return [c6_stress_claim(frame, problems, cfg, study="bands")]
 
 
 def _span(values: pd.Series) -> str:
@@ -362,12 +398,13 @@ def _extent(values: pd.Series) -> list[list[float]]:
     return [[max(mean - values.min(), 0.0)], [max(values.max() - mean, 0.0)]]
 
 
-def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
-                  ) -> plt.Figure:
+def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
+                  study: str = "frontier") -> plt.Figure:
     """Held-out pass@1 against final KL to the reference, one panel per measure: each family's
-    lr cut (its uncontrolled runs, circles joined in lr order), each controlled point (a marker
-    per δ) with a thin arrow from the uncontrolled run at its lr; seed means, bars over seeds."""
-    runs = per_run(_runs(frame, "frontier"), problems, cfg)
+    lr cut (its uncontrolled runs of `study`, circles joined in lr order), each controlled point
+    (a marker per δ) with a thin arrow from the uncontrolled run at its lr; seed means, bars over
+    the seeds' range."""
+    runs = per_run(_runs(frame, study), problems, cfg)
     measures = measured(problems)
     deltas = sorted(runs["delta"].dropna().unique(), reverse=True)
     fig, axes = plt.subplots(1, len(measures), figsize=(6.4 * len(measures), 5.0), squeeze=False)
@@ -500,5 +537,7 @@ FIGURES = {
     "kl_control_frontier": plot_frontier,
     "kl_control_stress": lambda frame, problems, cfg: plot_runs(frame, cfg),
     "kl_control_budget": plot_budget,
+    "kl_control_bands": lambda frame, problems, cfg: plot_frontier(frame, problems, cfg,
+                                                                   study="bands"),
 }
 
