@@ -55,6 +55,13 @@ def test_every_scale_validates_and_keeps_the_yaml_values_exactly(experiment: str
     ("kl_control", {"seeds": []}, r"seeds: list should have at least 1 item"),
     ("kl_control", {"studies": ["frontier", "bugdet"]},
      r"studies: input should be 'frontier', 'bands', 'budget' or 'cost', got 'bugdet'"),
+    ("kl_control", {"budget_runs": {"B": {"kl_drift_budgt": 0.03}}},
+     r"budget_runs: 'kl_drift_budgt' is not a key of experiments/grpo.yaml \(did you mean "
+     r"kl_drift_budget.*\), got \{'kl_drift_budgt': 0.03\}"),
+    ("kl_control", {"budget_runs": {"B": {"kl_drift_budget": 0.03, "kl_drift_source": "batch"}}},
+     r"budget_runs: kl_drift_source: input should be 'probe'"),
+    ("kl_trajectories", {"calibration_keys": {"eval_prompts": 2.5}},
+     r"calibration_keys: eval_prompts: input should be a valid integer, got "),
     ("kl_control", {"budget_method": "logra-nokll"},
      r"budget_method: input should be one of \['adamw', .*'logra-nokl'.*\], got 'logra-nokll'"),
     ("comparison", {"methods": ["adamw", "lorra"]}, r"methods: input should be one of .*'lorra'"),

@@ -52,6 +52,7 @@ from logra.experiments.grpo_runs import Run
 from logra.experiments.jobs import run_jobs
 from logra.experiments.typed import (
     Count,
+    GRPOKeys,
     Level,
     Method,
     Positive,
@@ -116,7 +117,7 @@ class Config(grpo_runs.GRPOExperiment):
     band_points: list[Annotated[list[Any], Field(min_length=2, max_length=3)]]  # as points
     band_seeds: Seeds
     studies: Annotated[list[Literal[STUDIES]], Field(min_length=1)]
-    budget_runs: dict[str, dict[str, Any]]  # GRPO keys, checked when each run's is built
+    budget_runs: dict[str, GRPOKeys]  # setting -> GRPO keys on top of the experiment's
     budget_method: Method
     budget_lr: Positive
     budget_steps: Count

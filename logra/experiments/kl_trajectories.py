@@ -49,6 +49,7 @@ from logra.experiments.grpo_runs import grpo_job, prepare_inputs
 from logra.experiments.jobs import run_jobs
 from logra.experiments.typed import (
     Count,
+    GRPOKeys,
     Method,
     Methods,
     Positive,
@@ -77,7 +78,7 @@ class Config(grpo_runs.GRPOExperiment):
     model: str | None
     task: Task | None
     lr: Positive | None
-    calibration_keys: dict[str, Any]  # GRPO keys, checked when the calibration's config is built
+    calibration_keys: GRPOKeys  # on top of the experiment's, for the calibration run
     calibration_seeds: Seeds
     calibration_steps: Count
     smooth_steps: Count

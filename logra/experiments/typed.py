@@ -10,11 +10,19 @@ key before any compute. The packaged YAMLs' values pass through unchanged, types
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic_core import PydanticCustomError
 
 from logra.data import TASKS
@@ -25,6 +33,7 @@ from logra.optimizers import (  # the optimizer settings' ranges, shared by ever
     NonNegative,  # noqa: F401  (re-exported: experiments declare keys with it)
     Positive,
 )
+from logra.rl import config as grpo
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 Share = Annotated[float, Field(gt=0, le=1)]
@@ -59,3 +68,42 @@ Methods = Annotated[list[Method], Field(min_length=1)]
 # A GRPO key an RL experiment sets (`logra.experiments.grpo_runs.GRPO_KEYS`); None keeps
 # experiments/grpo.yaml's value. The GRPO config checks the rest when each run's is built.
 GRPOCount = Count | None
+
+
+def _grpo_key_types() -> dict[str, TypeAdapter]:
+    """Each GRPO key (a field of `logra.rl.config.GRPOConfig`) and what it accepts, checked as
+    strictly as the config checks it."""
+    strict = ConfigDict(strict=True)
+    fields = grpo.GRPOConfig.__pydantic_fields__.items()
+    return {name: TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata
+                              else info.annotation, config=strict)
+            for name, info in fields}
+
+
+GRPO_KEY_TYPES = _grpo_key_types()
+
+
+def _grpo_keys(keys: dict[str, Any]) -> dict[str, Any]:
+    """`keys` if each is a GRPO key and its value one the key accepts (PydanticCustomError
+    naming the key otherwise). The rules that tie keys together are checked when a run's whole
+    config is built."""
+    for name, value in keys.items():
+        if name not in GRPO_KEY_TYPES:
+            near = difflib.get_close_matches(name, GRPO_KEY_TYPES, n=3)
+            raise PydanticCustomError(
+                "grpo_key", "{name} is not a key of experiments/grpo.yaml{hint}",
+                {"name": repr(name), "hint": f" (did you mean {', '.join(near)}?)" if near
+                 else ""})
+        try:
+            GRPO_KEY_TYPES[name].validate_python(value)
+        except ValidationError as err:
+            problems = dict.fromkeys(e["msg"][:1].lower() + e["msg"][1:] for e in err.errors())
+            raise PydanticCustomError("grpo_value", "{name}: {problem}",
+                                      {"name": name, "problem": " or ".join(problems)}
+                                      ) from None
+    return keys
+
+
+# GRPO keys set on top of an experiment's (a budget setting, a calibration run), each checked
+# against experiments/grpo.yaml's type for it when the experiment's config is built
+GRPOKeys = Annotated[dict[str, Any], AfterValidator(_grpo_keys)]
