@@ -151,11 +151,10 @@ def _by_problem(rows: pd.DataFrame) -> pd.DataFrame:
 def lr_matched_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
                      study: str = "frontier") -> pd.DataFrame:
     """Per controlled point of `study` and measure: its final KL and held-out pass@1 (%); the
-    lr cut's
-    pass@1 at the same KL (`lr_matched`, "NaN" outside the cut's range) and the difference;
-    paired per-problem tests (`comparison_report.paired`, per-problem means over seeds) against the
-    lr-cut run nearest in final KL (log distance) and against the uncontrolled run at the same
-    lr, with Holm's correction over every test of the table."""
+    lr cut's pass@1 at the same KL (`lr_matched`, "NaN" outside the cut's range) and the
+    difference; paired per-problem tests (`comparison_report.paired`, per-problem means over
+    seeds) against the lr-cut run nearest in final KL (log distance) and against the
+    uncontrolled run at the same lr, with Holm's correction over every test of the table."""
     problems = _study_problems(problems, study)
     runs = per_run(_runs(frame, study), problems, cfg)
     rows, tests = [], []
@@ -325,11 +324,10 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
                     study: str = "frontier") -> ClaimRow:
     """C6 at the stress learning rate, on `study`'s runs (the frontier's, or the seed bands'):
     does the control prevent a runaway? For each controlled method with its uncontrolled twin
-    (`FREE`) at `stress_lr`: reproduced when the uncontrolled
-    run's smoothed KL exceeds `runaway_kl` and the controlled one's never does, with held-out
-    greedy pass@1 no lower (seed mean); partly when the control at least divides the peak KL by
-    `c6_factor`; not reproduced otherwise, or when no uncontrolled run runs away (nothing to
-    prevent)."""
+    (`FREE`) at `stress_lr`: reproduced when the uncontrolled run's smoothed KL exceeds
+    `runaway_kl` and the controlled one's never does, with held-out greedy pass@1 no lower
+    (seed mean); partly when the control at least divides the peak KL by `c6_factor`; not
+    reproduced otherwise, or when no uncontrolled run runs away (nothing to prevent)."""
     runs = per_run(_stress_runs(frame, cfg, study), problems, cfg)
     parts, outcomes = [], []
     for method, free_method in FREE.items():
