@@ -62,6 +62,12 @@ def test_every_scale_validates_and_keeps_the_yaml_values_exactly(experiment: str
      r"budget_runs: kl_drift_source: input should be 'probe'"),
     ("kl_trajectories", {"calibration_keys": {"eval_prompts": 2.5}},
      r"calibration_keys: eval_prompts: input should be a valid integer, got "),
+    ("kl_trajectories", {"calibration_keys": {"kl_drift_budget": 0.03}},
+     r"calibration_keys: 'kl_drift_budget' is not a key this experiment sets: one of \['model'"),
+    ("kl_control", {"budget_runs": {"B": {"seed": 3}}},
+     r"budget_runs: 'seed' is set by the study itself, not by a setting"),
+    ("kl_control", {"budget_runs": {"B": {"drift_probe_every": 3}}},
+     r"budget_runs: 'drift_probe_every' is set by the study itself"),
     ("kl_control", {"budget_method": "logra-nokll"},
      r"budget_method: input should be one of \['adamw', .*'logra-nokl'.*\], got 'logra-nokll'"),
     ("comparison", {"methods": ["adamw", "lorra"]}, r"methods: input should be one of .*'lorra'"),
@@ -108,3 +114,31 @@ def test_a_config_is_frozen_checked_again_on_replace_and_read_as_a_mapping() -> 
     with pytest.raises(KeyError):
         cfg["sedes"]
     assert {**cfg}["steps"] == cfg.steps and len(cfg) == len(dataclasses.fields(cfg))
+
+
+def test_grpo_key_overlays_read_numbers_keep_none_where_allowed_and_refuse_a_preset_key() -> None:
+    """A setting's "1e-4" (YAML 1.1 reads it as text) is the number; the calibration run's None
+    is grpo.yaml's value; a budget setting may not set what its method presets."""
+    from logra.experiments import kl_control, kl_trajectories
+    from logra.rl import config as grpo
+
+    cfg = kl_control.config("smoke", budget_runs={"B": {"kl_drift_budget": "1e-4"}})
+    assert same(cfg.budget_runs["B"], {"kl_drift_budget": 1e-4})
+    budget = [r for r in kl_control.plan(cfg) if r.study == "budget"]
+    assert kl_control.grpo_config(cfg, budget[0]).kl_drift_budget == 1e-4
+    with pytest.raises(ConfigError, match=r"budget_runs: 'beta_' is not a key of "
+                                         r"experiments/grpo.yaml \(did you mean beta"):
+        kl_control.config("smoke", budget_runs={"B": {"beta_": 0.1}})
+
+    traj = kl_trajectories.config("smoke", calibration_keys={"eval_prompts": None, "rank": 2})
+    calibration = kl_trajectories.calibration_config(traj, seed=0)
+    assert calibration.rank == 2 != traj.rank
+    assert calibration.eval_prompts == grpo.resolve(scale=traj.grpo_scale).eval_prompts
+    assert calibration.eval_prompts != traj.eval_prompts
+    with pytest.raises(ConfigError, match=r"budget_runs: eval_prompts: input should be"):
+        kl_control.config("smoke", budget_runs={"B": {"eval_prompts": None}})
+
+    with pytest.raises(ValueError, match=r"budget_runs: 'B' sets \['reconstruction'\], which "
+                                         r"budget_method 'logra-nystrom' presets"):
+        kl_control.config("smoke", budget_method="logra-nystrom",
+                          budget_runs={"B": {"reconstruction": "gain"}})

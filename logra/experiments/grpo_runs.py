@@ -24,16 +24,19 @@ import pandas as pd
 from logra.config import TypedConfig, typed
 from logra.data import load_task
 from logra.data.registry import SPLITS
-from logra.experiments.typed import Count, GRPOCount, Positive, Seeds, Workers
+from logra.experiments.typed import (  # GRPO_KEYS: the keys of grpo.yaml an experiment sets
+    GRPO_KEYS,
+    Count,
+    GRPOCount,
+    Positive,
+    Seeds,
+    Workers,
+)
 from logra.methods import METHODS
 from logra.models import SCALES, prepare
 from logra.rl import config as grpo
 from logra.rl import run_grpo
 
-# keys of experiments/grpo.yaml an experiment sets (null in its YAML: grpo.yaml's value)
-GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "max_new_tokens",
-             "eval_every", "eval_prompts", "eval_batch_size", "eval_samples",
-             "eval_sampled_prompts", "results_dir")
 ALWAYS_SHOWN = ("optimizer", "seed", "steps", "lr")  # keys `command` writes even at their default
 
 

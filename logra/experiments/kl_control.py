@@ -30,10 +30,11 @@ greedy pass@1 on `eval_prompts` held-out problems and sampled pass@1 (`eval_samp
 temperature 1) on the first `eval_sampled_prompts`, problem by problem. The control uses the
 default KL estimate (`kl_estimator="calibrated"`), so δ is a per-token KL per step.
 
-`run(cfg)` returns two tidy frames: `frame`, one row per step record (study, method, delta (NaN:
-no control), lr, seed, setting (a budget run's name), then `logra.rl.COLUMNS`), and `problems`,
-one row per (run, problem) of the final evaluation (study, method, delta, lr, seed, setting,
-problem, greedy, sampled), with the policy before RL as method "base". The tables, figures and
+`run(cfg)` returns two tidy frames: `frame`, one row per (study, step record) (study, method,
+delta (NaN: no control), lr, seed, setting (a budget run's name), then `logra.rl.COLUMNS`; a run
+two studies share is listed under each), and `problems`, one row per (study, run, problem) of
+the final evaluation (study, method, delta, lr, seed, setting, problem, greedy, sampled), with
+the policy before RL as method "base", once per seed. The tables, figures and
 claims are `logra.experiments.kl_control_report`'s.
 """
 
@@ -152,6 +153,11 @@ def config(scale: str = "default", **overrides: Any) -> Config:
         raise ValueError(f"budget_method must be one of "
                          f"{[m for m, spec in METHODS.items() if spec.controllable]}, "
                          f"got {cfg.budget_method!r}")
+    preset = METHODS[cfg.budget_method].settings
+    for setting, keys in cfg.budget_runs.items():
+        if clash := sorted(set(keys) & set(preset)):
+            raise ValueError(f"budget_runs: {setting!r} sets {clash}, which budget_method "
+                             f"{cfg.budget_method!r} presets (logra.methods)")
     return cfg
 
 
@@ -177,7 +183,7 @@ def plan(cfg: Config) -> list[Run]:
              ("drift_probe_prompts", cfg.budget_probe_prompts))
     runs += [Run(study="budget", method=cfg.budget_method, lr=cfg.budget_lr, seed=seed,
                  setting=setting, steps=cfg.budget_steps, eval_every=cfg.budget_steps,
-                 keys=(*sorted((keys or {}).items()), *probe))
+                 keys=(*sorted(keys.items()), *probe))
              for setting, keys in cfg.budget_runs.items() for seed in cfg.budget_seeds]
     return runs
 

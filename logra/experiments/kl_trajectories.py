@@ -49,7 +49,7 @@ from logra.experiments.grpo_runs import grpo_job, prepare_inputs
 from logra.experiments.jobs import run_jobs
 from logra.experiments.typed import (
     Count,
-    GRPOKeys,
+    ExperimentGRPOKeys,
     Method,
     Methods,
     Positive,
@@ -78,7 +78,7 @@ class Config(grpo_runs.GRPOExperiment):
     model: str | None
     task: Task | None
     lr: Positive | None
-    calibration_keys: GRPOKeys  # on top of the experiment's, for the calibration run
+    calibration_keys: ExperimentGRPOKeys  # the experiment's GRPO keys the calibration run changes
     calibration_seeds: Seeds
     calibration_steps: Count
     smooth_steps: Count

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from logra.config import as_number
 from logra.data import TASKS
 from logra.methods import METHODS
 from logra.models import SCALES
@@ -65,8 +66,16 @@ Workers = NonNegativeInt  # runs in parallel: 0 one per CPU core, 1 in-process
 Level = Annotated[float, Field(gt=0, lt=1)]  # a significance level α
 LRs = Annotated[list[Positive], Field(min_length=1)]  # a learning-rate grid
 Methods = Annotated[list[Method], Field(min_length=1)]
-# A GRPO key an RL experiment sets (`logra.experiments.grpo_runs.GRPO_KEYS`); None keeps
-# experiments/grpo.yaml's value. The GRPO config checks the rest when each run's is built.
+# Keys of experiments/grpo.yaml an RL experiment sets (`grpo_runs.grpo_config` reads them from
+# its config; null in its YAML keeps grpo.yaml's value). The GRPO config checks the rest when
+# each run's is built.
+GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "max_new_tokens",
+             "eval_every", "eval_prompts", "eval_batch_size", "eval_samples",
+             "eval_sampled_prompts", "results_dir")
+# Keys a run's plan sets itself (`grpo_runs.Run`, `grpo_runs.grpo_config`, a study's probe): a
+# setting's GRPO keys may not set them, or the setting would silently undo its own study.
+PLANNED_KEYS = ("scale", "run_name", "seed", "steps", "lr", "eval_every", "optimizer",
+                "predicted_kl_threshold", "drift_probe_every", "drift_probe_prompts")
 GRPOCount = Count | None
 
 
@@ -83,27 +92,49 @@ def _grpo_key_types() -> dict[str, TypeAdapter]:
 GRPO_KEY_TYPES = _grpo_key_types()
 
 
-def _grpo_keys(keys: dict[str, Any]) -> dict[str, Any]:
-    """`keys` if each is a GRPO key and its value one the key accepts (PydanticCustomError
-    naming the key otherwise). The rules that tie keys together are checked when a run's whole
-    config is built."""
-    for name, value in keys.items():
-        if name not in GRPO_KEY_TYPES:
-            near = difflib.get_close_matches(name, GRPO_KEY_TYPES, n=3)
-            raise PydanticCustomError(
-                "grpo_key", "{name} is not a key of experiments/grpo.yaml{hint}",
-                {"name": repr(name), "hint": f" (did you mean {', '.join(near)}?)" if near
-                 else ""})
-        try:
-            GRPO_KEY_TYPES[name].validate_python(value)
-        except ValidationError as err:
-            problems = dict.fromkeys(e["msg"][:1].lower() + e["msg"][1:] for e in err.errors())
-            raise PydanticCustomError("grpo_value", "{name}: {problem}",
-                                      {"name": name, "problem": " or ".join(problems)}
-                                      ) from None
-    return keys
+def grpo_keys(*, only: Collection[str] | None = None, planned: Collection[str] = (),
+              none_keeps: bool = False) -> Any:
+    """The type of a dict of GRPO keys set on top of an experiment's: each key a field of
+    `logra.rl.config.GRPOConfig` (of `only` where given, none of `planned`), each value one the
+    key accepts, a number written "1e-4" read as one (`logra.config.as_number`); with
+    `none_keeps`, None too (grpo.yaml's value). A PydanticCustomError names the key otherwise.
+    The rules that tie keys together are checked when a run's whole config is built."""
+    allowed = [k for k in (GRPO_KEY_TYPES if only is None else only) if k not in planned]
+
+    def check(keys: dict[str, Any]) -> dict[str, Any]:
+        checked = {}
+        for name, value in keys.items():
+            if name not in allowed:
+                raise PydanticCustomError("grpo_key", "{name} {why}", {
+                    "name": repr(name), "why": _why_not(name, allowed, planned)})
+            checked[name] = value = as_number(value)
+            if value is None and none_keeps:
+                continue
+            try:
+                GRPO_KEY_TYPES[name].validate_python(value)
+            except ValidationError as err:
+                problems = dict.fromkeys(e["msg"][:1].lower() + e["msg"][1:]
+                                         for e in err.errors())
+                raise PydanticCustomError("grpo_value", "{name}: {problem}",
+                                          {"name": name, "problem": " or ".join(problems)}
+                                          ) from None
+        return checked
+    return Annotated[dict[str, Any], AfterValidator(check)]
 
 
-# GRPO keys set on top of an experiment's (a budget setting, a calibration run), each checked
-# against experiments/grpo.yaml's type for it when the experiment's config is built
-GRPOKeys = Annotated[dict[str, Any], AfterValidator(_grpo_keys)]
+def _why_not(name: str, allowed: list[str], planned: Collection[str]) -> str:
+    """Why GRPO key `name` is refused: its study sets it, or not one of `allowed` (with the
+    close matches)."""
+    if name in planned:
+        return "is set by the study itself, not by a setting"
+    if name in GRPO_KEY_TYPES:
+        return f"is not a key this experiment sets: one of {allowed}"
+    near = difflib.get_close_matches(name, allowed, n=3)
+    return ("is not a key of experiments/grpo.yaml"
+            + (f" (did you mean {', '.join(near)}?)" if near else ""))
+
+
+# a setting's GRPO keys on top of what its study plans (a budget setting)
+GRPOKeys = grpo_keys(planned=PLANNED_KEYS)
+# an RL experiment's own GRPO keys, overridden for one of its runs (the calibration run)
+ExperimentGRPOKeys = grpo_keys(only=GRPO_KEYS, none_keeps=True)
