@@ -28,10 +28,7 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
     assert ("logra", 1e-3, 5e-3) in {(r.method, r.lr, r.delta) for r in frontier}
     # a point without δ: the experiment's predicted_kl_threshold if controlled, else None
     assert {r.delta for r in frontier if r.method == "adamw"} == {None}
-    bands = [r for r in runs if r.study == "bands"]
-    assert [(r.method, r.lr, r.delta, r.seed) for r in bands] == [
-        (method, lr, delta, seed) for method, lr, delta in kc._points(cfg, "band_points")
-        for seed in cfg.band_seeds]
+    assert not [r for r in runs if r.study == "bands"]  # full: every point has 3 seeds
     budget = [r for r in runs if r.study == "budget"]
     assert {r.setting for r in budget} == set(cfg.budget_runs)
     assert len(budget) == len(cfg.budget_runs) * len(cfg.budget_seeds)
@@ -40,14 +37,23 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
     assert default["budget_lr"] == default["stress_lr"]
     assert {r.setting for r in kc.plan(default) if r.study == "budget"} == set(
         default["budget_runs"])
+    bands = [r for r in kc.plan(default) if r.study == "bands"]
+    assert [(r.method, r.lr, r.delta, r.seed) for r in bands] == [
+        (method, lr, delta, seed) for method, lr, delta in kc._points(default, "band_points")
+        for seed in default.band_seeds]
+    # seed 0 of a band point is the frontier's run; seeds 1 and 2 are runs of their own
+    frontier = {grpo.run_dir(kc.grpo_config(default, r)) for r in kc.plan(default)
+                if r.study == "frontier"}
+    for r in bands:
+        assert (grpo.run_dir(kc.grpo_config(default, r)) in frontier) == (r.seed == 0)
 
 
 @pytest.mark.parametrize("studies", [["budget"], ["frontier"], ["bands"], ["cost"],
                                      ["frontier", "budget"]])
 def test_studies_select_the_runs_planned(studies) -> None:
-    runs = kc.plan(kc.config("full", studies=studies))
+    runs = kc.plan(kc.config("default", studies=studies))
     assert {r.study for r in runs} == set(studies) - {"cost"}
-    everything = kc.plan(kc.config("full"))
+    everything = kc.plan(kc.config("default"))
     assert runs == [r for r in everything if r.study in studies]
 
 
@@ -126,10 +132,15 @@ def test_a_run_two_studies_share_is_trained_once(monkeypatch, tmp_path) -> None:
     trained = []
 
     def fake_run_jobs(jobs, workers, desc, progress):
+        """Records and evaluations that name their run: its lr and seed."""
         trained.extend(grpo.run_dir(args[0]) for _, args in jobs)
-        evaluated = pd.DataFrame({"step": [0, 0, 3, 3], "problem": [0, 1, 0, 1],
-                                  "greedy": [0.0, 1.0, 1.0, 1.0], "sampled": np.nan})
-        return [(pd.DataFrame({c: [1.0] for c in runner.COLUMNS}), evaluated) for _ in jobs]
+        out = []
+        for _, (config,) in jobs:
+            mark = config.lr + 10 * config.seed
+            evaluated = pd.DataFrame({"step": [0, 0, 3, 3], "problem": [0, 1, 0, 1],
+                                      "greedy": [0.0, 1.0, mark, mark], "sampled": np.nan})
+            out.append((pd.DataFrame({c: [mark] for c in runner.COLUMNS}), evaluated))
+        return out
 
     monkeypatch.setattr(kc, "run_jobs", fake_run_jobs)
     monkeypatch.setattr(kc.grpo_runs, "prepare_inputs", lambda *args: None)
@@ -142,6 +153,16 @@ def test_a_run_two_studies_share_is_trained_once(monkeypatch, tmp_path) -> None:
     assert len(frame) == len(runs)
     assert (frame["study"] == "bands").sum() == len(cfg.band_points) * len(cfg.band_seeds)
     assert set(problems["study"]) == {"frontier", "bands", ""}
+    # a shared run's rows are the frontier's run's, under the bands study
+    point = ["method", "lr", "delta", "seed"]
+    for rows in (frame, problems[problems["method"] != kc.BASE]):
+        studies = {s: r.drop(columns="study").set_index(point) for s, r in rows.groupby("study")}
+        shared_keys = studies["bands"].index.intersection(studies["frontier"].index)
+        assert len(shared_keys.unique()) == shared
+        pd.testing.assert_frame_equal(studies["bands"].loc[shared_keys],
+                                      studies["frontier"].loc[shared_keys])
+    # ... and every row is its own run's (a band seed beyond the frontier's is not a copy)
+    assert np.allclose(frame["kl"], frame["lr"] + 10 * frame["seed"])
 
 
 def test_bad_budget_method_fails() -> None:
@@ -306,3 +327,26 @@ def test_notebook_writes_its_figures_tables_and_claims(executed, assert_figure) 
     band_claims = pd.read_csv(out / "claims_kl_control_bands.csv")
     assert list(band_claims["claim"]) == ["C6"]
     assert band_claims["scale"].str.endswith(f"{len(cfg.band_seeds)} seed(s)").all()
+
+
+def test_a_study_reads_only_its_own_evaluations_and_the_base_policy() -> None:
+    """A band point at a frontier seed and a budget run share method and lr with frontier
+    points; the bands' per-problem means must count each seed of their own once."""
+    rows = []
+    for study, method, delta, seed, greedy in [
+            ("frontier", "logra", 5e-3, 0, 1.0), ("bands", "logra", 5e-3, 0, 1.0),
+            ("bands", "logra", 5e-3, 1, 0.0), ("budget", "logra-nokl", math.nan, 0, 0.0),
+            ("frontier", "logra-nokl", math.nan, 0, 1.0), ("", kc.BASE, math.nan, 0, 0.5)]:
+        rows += [dict(study=study, method=method, delta=delta, lr=1e-3, seed=seed, setting="",
+                      problem=p, greedy=greedy, sampled=greedy) for p in range(3)]
+    problems = pd.DataFrame(rows)
+    bands = kcr._study_problems(problems, "bands")
+    assert set(zip(bands["study"], bands["seed"], strict=True)) == {
+        ("bands", 0), ("bands", 1), ("", 0)}
+    means = kcr._per_problem(bands, "logra", 1e-3, 5e-3)
+    assert (means[("greedy", "mean")] == 0.5).all() and (means[("greedy", "count")] == 2).all()
+    # read unfiltered, the frontier's copy of seed 0 would be counted twice
+    assert (kcr._per_problem(problems, "logra", 1e-3, 5e-3)[("greedy", "count")] == 3).all()
+    frontier = kcr._study_problems(problems, "frontier")
+    assert set(frontier["study"]) == {"frontier", ""}
+    assert kcr._per_problem(frontier, "logra-nokl", 1e-3, math.nan)[("greedy", "mean")].eq(1).all()

@@ -353,7 +353,8 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
                "partly" if any(o in ("prevented", "reduced") for o in outcomes) else
                "not reproduced")
     text = "; ".join(parts) + f" (runaway: KL > {cfg.runaway_kl:g}; outcome {outcomes})"
-    return ClaimRow("C6", "predicted-KL step control prevents the KL collapse (proxy stress test)",
+    where = "proxy stress test" if study == "frontier" else f"proxy stress test, {study} study"
+    return ClaimRow("C6", f"predicted-KL step control prevents the KL collapse ({where})",
                     text, _scale_text(frame, cfg, study), verdict)
 
 
@@ -405,6 +406,9 @@ def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
     runs = per_run(_runs(frame, study), problems, cfg)
     measures = measured(problems)
     deltas = sorted(runs["delta"].dropna().unique(), reverse=True)
+    # one legend for every panel: the policy before RL on each measure
+    start = "before RL (" + ", ".join(f"{m} {100 * runs[f'{m}_before'].mean():.1f} %"
+                                      for m in measures) + ")"
     fig, axes = plt.subplots(1, len(measures), figsize=(6.4 * len(measures), 5.0), squeeze=False)
     for ax, measure in zip(axes[0], measures, strict=True):
         free = runs[runs["delta"].isna()]
@@ -437,8 +441,8 @@ def plot_frontier(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
                         marker=DELTA_MARKERS[deltas.index(delta) % len(DELTA_MARKERS)], ms=7,
                         label=f"{METHODS[method].short} + control, δ {delta:g} (lr "
                               f"{', '.join(f'{lr:g}' for lr in sorted(lrs.unique()))})")
-        start = 100 * runs[f"{measure}_before"].mean()
-        ax.axhline(start, color="grey", ls=":", lw=1, label=f"before RL ({start:.1f} %)")
+        ax.axhline(100 * runs[f"{measure}_before"].mean(), color="grey", ls=":", lw=1,
+                   label=start)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels overlap on a short axis
         ax.set_xlabel(f"final KL(π_θ ‖ π_ref), nats/token (mean of the last "
@@ -507,7 +511,7 @@ def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
         _errorbar(ax_acc, summary[summary["setting"] == setting], "greedy", color=color,
                   marker="o", label=setting)
     for keys in cfg.budget_runs.values():
-        if keys and keys.get("kl_drift_budget"):
+        if keys.get("kl_drift_budget"):
             ax_kl.axhline(keys["kl_drift_budget"], color="grey", ls=":", lw=1)
     start = 100 * summary["greedy_before"].mean()
     ax_acc.axhline(start, color="grey", ls=":", lw=1, label=f"before RL ({start:.1f} %)")
