@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 from typing import Any
 
 import pytest
 
 from logra.config import ConfigError, TypedConfig, load_config, packaged_experiments, scales_of
+from logra.experiments import typed
 
 EXPERIMENTS = [name for name in packaged_experiments() if name != "grpo"]  # grpo: GRPOConfig
 
@@ -63,11 +65,9 @@ def test_every_scale_validates_and_keeps_the_yaml_values_exactly(experiment: str
     ("kl_trajectories", {"calibration_keys": {"eval_prompts": 2.5}},
      r"calibration_keys: eval_prompts: input should be a valid integer, got "),
     ("kl_trajectories", {"calibration_keys": {"kl_drift_budget": 0.03}},
-     r"calibration_keys: 'kl_drift_budget' is not a key this experiment sets: one of \['model'"),
-    ("kl_control", {"budget_runs": {"B": {"seed": 3}}},
-     r"budget_runs: 'seed' is set by the study itself, not by a setting"),
-    ("kl_control", {"budget_runs": {"B": {"drift_probe_every": 3}}},
-     r"budget_runs: 'drift_probe_every' is set by the study itself"),
+     r"calibration_keys: 'kl_drift_budget' is not a key this experiment sets: one of \['lr'"),
+    ("kl_trajectories", {"calibration_keys": {"task": "math-synth"}},
+     r"calibration_keys: 'task' is shared by every run of the experiment"),
     ("kl_control", {"budget_method": "logra-nokll"},
      r"budget_method: input should be one of \['adamw', .*'logra-nokl'.*\], got 'logra-nokll'"),
     ("comparison", {"methods": ["adamw", "lorra"]}, r"methods: input should be one of .*'lorra'"),
@@ -142,3 +142,26 @@ def test_grpo_key_overlays_read_numbers_keep_none_where_allowed_and_refuse_a_pre
                                          r"budget_method 'logra-nystrom' presets"):
         kl_control.config("smoke", budget_method="logra-nystrom",
                           budget_runs={"B": {"reconstruction": "gain"}})
+
+
+@pytest.mark.parametrize("key", [*typed.PLANNED_KEYS, *typed.SHARED_KEYS])
+def test_a_budget_setting_may_not_set_what_its_study_plans_or_every_run_shares(key: str) -> None:
+    from logra.experiments import kl_control
+
+    why = {**typed.PLANNED_KEYS, **typed.SHARED_KEYS}[key]
+    with pytest.raises(ConfigError, match=rf"budget_runs: '{key}' {re.escape(why)}"):
+        kl_control.config("smoke", budget_runs={"B": {key: 1}})
+
+
+def test_the_reserved_keys_cover_what_a_run_plan_sets() -> None:
+    """Every GRPO key a `Run` or `grpo_config` sets per run (a `Run` field of the same name, the
+    method's optimizer, the run's δ, the budget study's probe), and those its inputs are prepared
+    for once, is reserved: a setting that set one would undo its own study."""
+    from logra.experiments.grpo_runs import Run
+
+    run_fields = {f.name for f in dataclasses.fields(Run)} & set(typed.GRPO_KEY_TYPES)
+    per_run = run_fields | {"optimizer", "predicted_kl_threshold", "drift_probe_every",
+                            "drift_probe_prompts"}
+    assert per_run <= set(typed.PLANNED_KEYS) | set(typed.SHARED_KEYS)
+    assert {"model", "task", "results_dir"} <= set(typed.SHARED_KEYS)
+    assert not set(typed.PLANNED_KEYS) & set(typed.SHARED_KEYS)

@@ -3,9 +3,9 @@
 
 Every RL experiment plans its runs as `Run`s (method, seed, and what each run sets) and builds
 their configs with `grpo_config`: experiments/grpo.yaml at the experiment's `grpo_scale`, the
-experiment's GRPO keys (`GRPO_KEYS`) on top, then the run's own keys and the method's preset. A
-run is `logra.rl.run_grpo` of that config;
-it is cached by config in <results_dir>/runs/ and resumed when rerun, so two notebooks that
+experiment's GRPO keys (`typed.GRPO_KEYS`) on top, then the run's own keys and the method's
+preset. A run is `logra.rl.run_grpo` of that config; it is cached by config in
+<results_dir>/runs/ and resumed when rerun, so two notebooks that
 build the same config (the KL notebook's and the comparison's adamw and logra runs) share the
 run. The methods are `logra.methods.METHODS` (their optimizer, preset settings, label and
 colour); a KL-controlled method's δ is the experiment's `predicted_kl_threshold` (the
@@ -24,7 +24,7 @@ import pandas as pd
 from logra.config import TypedConfig, typed
 from logra.data import load_task
 from logra.data.registry import SPLITS
-from logra.experiments.typed import (  # GRPO_KEYS: the keys of grpo.yaml an experiment sets
+from logra.experiments.typed import (
     GRPO_KEYS,
     Count,
     GRPOCount,

@@ -72,10 +72,18 @@ Methods = Annotated[list[Method], Field(min_length=1)]
 GRPO_KEYS = ("model", "task", "lr", "rank", "prompts_per_step", "group_size", "max_new_tokens",
              "eval_every", "eval_prompts", "eval_batch_size", "eval_samples",
              "eval_sampled_prompts", "results_dir")
-# Keys a run's plan sets itself (`grpo_runs.Run`, `grpo_runs.grpo_config`, a study's probe): a
-# setting's GRPO keys may not set them, or the setting would silently undo its own study.
-PLANNED_KEYS = ("scale", "run_name", "seed", "steps", "lr", "eval_every", "optimizer",
-                "predicted_kl_threshold", "drift_probe_every", "drift_probe_prompts")
+# GRPO keys a setting laid on top of an experiment's may not set, and why: what every run of
+# the experiment shares (its inputs are prepared, and the policy before RL evaluated, once) ...
+SHARED_KEYS = dict.fromkeys(
+    ("scale", "model", "task", "data_dir", "results_dir"),
+    "is shared by every run of the experiment (its inputs are prepared, and the policy before "
+    "RL evaluated, once for all)")
+# ... and what its study plans for each run (`grpo_runs.Run`, `grpo_runs.grpo_config`, a probe)
+PLANNED_KEYS = {
+    **dict.fromkeys(("seed", "steps", "lr", "eval_every", "optimizer", "predicted_kl_threshold",
+                     "drift_probe_every", "drift_probe_prompts"),
+                    "is set by the study itself, not by a setting"),
+    "run_name": "names a run's directory: every seed of the setting would share one"}
 GRPOCount = Count | None
 
 
@@ -92,21 +100,22 @@ def _grpo_key_types() -> dict[str, TypeAdapter]:
 GRPO_KEY_TYPES = _grpo_key_types()
 
 
-def grpo_keys(*, only: Collection[str] | None = None, planned: Collection[str] = (),
+def grpo_keys(*, only: Collection[str] | None = None, reserved: Mapping[str, str],
               none_keeps: bool = False) -> Any:
-    """The type of a dict of GRPO keys set on top of an experiment's: each key a field of
-    `logra.rl.config.GRPOConfig` (of `only` where given, none of `planned`), each value one the
-    key accepts, a number written "1e-4" read as one (`logra.config.as_number`); with
-    `none_keeps`, None too (grpo.yaml's value). A PydanticCustomError names the key otherwise.
-    The rules that tie keys together are checked when a run's whole config is built."""
-    allowed = [k for k in (GRPO_KEY_TYPES if only is None else only) if k not in planned]
+    """The type (an `Annotated` dict) of GRPO keys set on top of an experiment's: each key a
+    field of `logra.rl.config.GRPOConfig` (of `only` where given) that `reserved` does not hold
+    (key -> why not), each value one the key accepts, a number written "1e-4" read as one
+    (`logra.config.as_number`); with `none_keeps`, None too (grpo.yaml's value). A
+    PydanticCustomError names the key otherwise. The rules that tie keys together are checked
+    when a run's whole config is built."""
+    allowed = [k for k in (GRPO_KEY_TYPES if only is None else only) if k not in reserved]
 
     def check(keys: dict[str, Any]) -> dict[str, Any]:
         checked = {}
         for name, value in keys.items():
             if name not in allowed:
                 raise PydanticCustomError("grpo_key", "{name} {why}", {
-                    "name": repr(name), "why": _why_not(name, allowed, planned)})
+                    "name": repr(name), "why": reserved.get(name) or _unknown(name, allowed)})
             checked[name] = value = as_number(value)
             if value is None and none_keeps:
                 continue
@@ -122,11 +131,9 @@ def grpo_keys(*, only: Collection[str] | None = None, planned: Collection[str] =
     return Annotated[dict[str, Any], AfterValidator(check)]
 
 
-def _why_not(name: str, allowed: list[str], planned: Collection[str]) -> str:
-    """Why GRPO key `name` is refused: its study sets it, or not one of `allowed` (with the
-    close matches)."""
-    if name in planned:
-        return "is set by the study itself, not by a setting"
+def _unknown(name: str, allowed: list[str]) -> str:
+    """Why GRPO key `name`, not reserved, is refused: not one of `allowed` (with the close
+    matches)."""
     if name in GRPO_KEY_TYPES:
         return f"is not a key this experiment sets: one of {allowed}"
     near = difflib.get_close_matches(name, allowed, n=3)
@@ -135,6 +142,6 @@ def _why_not(name: str, allowed: list[str], planned: Collection[str]) -> str:
 
 
 # a setting's GRPO keys on top of what its study plans (a budget setting)
-GRPOKeys = grpo_keys(planned=PLANNED_KEYS)
+GRPOKeys = grpo_keys(reserved={**SHARED_KEYS, **PLANNED_KEYS})
 # an RL experiment's own GRPO keys, overridden for one of its runs (the calibration run)
-ExperimentGRPOKeys = grpo_keys(only=GRPO_KEYS, none_keeps=True)
+ExperimentGRPOKeys = grpo_keys(only=GRPO_KEYS, reserved=SHARED_KEYS, none_keeps=True)
