@@ -129,14 +129,17 @@ def test_bad_band_points_fail_before_any_run(band_points, message) -> None:
 
 def test_a_run_two_studies_share_is_trained_once(monkeypatch, tmp_path) -> None:
     cfg = kc.config("smoke", results_dir=str(tmp_path), studies=["frontier", "bands"])
+    runs = kc.plan(cfg)
+    run_dirs = [grpo.run_dir(kc.grpo_config(cfg, r)) for r in runs]
+    marks = {d: float(i) for i, d in enumerate(sorted(set(run_dirs)))}  # one per trained run
     trained = []
 
     def fake_run_jobs(jobs, workers, desc, progress):
-        """Records and evaluations that name their run: its lr and seed."""
+        """Records and evaluations that name their run (its directory's mark)."""
         trained.extend(grpo.run_dir(args[0]) for _, args in jobs)
         out = []
         for _, (config,) in jobs:
-            mark = config.lr + 10 * config.seed
+            mark = marks[grpo.run_dir(config)]
             evaluated = pd.DataFrame({"step": [0, 0, 3, 3], "problem": [0, 1, 0, 1],
                                       "greedy": [0.0, 1.0, mark, mark], "sampled": np.nan})
             out.append((pd.DataFrame({c: [mark] for c in runner.COLUMNS}), evaluated))
@@ -145,7 +148,6 @@ def test_a_run_two_studies_share_is_trained_once(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(kc, "run_jobs", fake_run_jobs)
     monkeypatch.setattr(kc.grpo_runs, "prepare_inputs", lambda *args: None)
     frame, problems = kc.run(cfg, progress=False)
-    runs = kc.plan(cfg)
     shared = sum(r.study == "bands" and r.seed in cfg.seeds for r in runs)
     assert shared > 0
     assert len(trained) == len(set(trained)) == len(runs) - shared
@@ -161,8 +163,9 @@ def test_a_run_two_studies_share_is_trained_once(monkeypatch, tmp_path) -> None:
         assert len(shared_keys.unique()) == shared
         pd.testing.assert_frame_equal(studies["bands"].loc[shared_keys],
                                       studies["frontier"].loc[shared_keys])
-    # ... and every row is its own run's (a band seed beyond the frontier's is not a copy)
-    assert np.allclose(frame["kl"], frame["lr"] + 10 * frame["seed"])
+    # ... and every row is its own run's, in the order of the plan (no two runs swapped, a
+    # band seed beyond the frontier's not a copy)
+    assert list(frame["kl"]) == [marks[d] for d in run_dirs]
 
 
 def test_bad_budget_method_fails() -> None:
@@ -285,6 +288,15 @@ def test_c6_stress_rule() -> None:
                                ("logra", 1e-3, 3e-4): (0.005, [0.0] * n)})
     row = kcr.c6_stress_claim(nothing, problems, _cfg())
     assert row.verdict == "not reproduced" and "no runaway" in row.reproduced
+    # seeds: every uncontrolled seed must run away for "prevented"; one calm seed of two
+    # leaves the control a runaway to prevent on the other only
+    def two_seeds(second_kl: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+        runs = [_runs({("logra-nokl", 1e-3, None): (kl, [0.0] * n),
+                       ("logra", 1e-3, 3e-4): (0.02, [1.0] * n)}) for kl in (0.4, second_kl)]
+        return tuple(pd.concat([a, b.assign(seed=1)], ignore_index=True)
+                     for a, b in zip(*runs, strict=True))
+    assert kcr.c6_stress_claim(*two_seeds(0.3), _cfg()).verdict == "reproduced"
+    assert kcr.c6_stress_claim(*two_seeds(0.05), _cfg()).verdict == "partly"
 
 
 @pytest.fixture(scope="module")

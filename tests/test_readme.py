@@ -184,6 +184,47 @@ def test_notebook_09_budget_numbers_are_the_committed_table() -> None:
     assert not missing, missing
 
 
+def test_notebook_09_seed_band_numbers_are_the_committed_tables() -> None:
+    """The README's seed-bands paragraph quotes figures/kl_control_bands.csv and
+    kl_control_bands_lr_matched.csv: each point's KL and pass@1 with its seeds' range, the
+    paired differences of the control against the lr cut and against no control."""
+    bands = pd.read_csv(FIGURES / "kl_control_bands.csv")
+    matched = pd.read_csv(FIGURES / "kl_control_bands_lr_matched.csv").set_index("measure")
+    text = _section("Running things")
+    text = text[text.index("**Seed bands"):]
+    text = " ".join(text[:text.index("\n\n")].split())
+    cut, free, held = (bands.iloc[i] for i in range(3))
+    assert (cut["lr"], free["lr"], held["lr"], held["δ"]) == (3e-4, 1e-3, 1e-3, "0.005")
+    greedy, sampled = matched.loc["greedy"], matched.loc["sampled"]
+
+    def point(r: pd.Series) -> str:
+        return (f"greedy {r['greedy pass@1 (%)']:.1f} % with seeds "
+                f"{r['greedy pass@1 (%), seed min']:.1f}–{r['greedy pass@1 (%), seed max']:.1f}, "
+                f"sampled {r['sampled pass@1 (%)']:.1f} %")
+    spread = {k: r["greedy pass@1 (%), seed max"] - r["greedy pass@1 (%), seed min"]
+              for k, r in (("cut", cut), ("held", held))}
+    quoted = [
+        f"(final KL {held['final KL to ref']:.3f}, {point(held)})",
+        f"(KL {cut['final KL to ref']:.3f}, {point(cut)})",
+        f"by {-greedy['Δ vs nearest (pts)']:.1f} greedy points",
+        f"se {greedy['Δ vs nearest, se']:.2f}",
+        f"and {-sampled['Δ vs nearest (pts)']:.1f} sampled points",
+        " / ".join(_signed(m["control − lr cut (pts)"]) for m in (greedy, sampled)) + " points",
+        "from steps " + " and ".join(", ".join(free["first step with KL > 0.1"].split(" / "))
+                                     .rsplit(", ", 1)),
+        f"final KL {free['final KL to ref, seed min']:.2f}–{free['final KL to ref, seed max']:.2f}",
+        f"greedy {free['greedy pass@1 (%), seed min']:.1f}–"
+        f"{free['greedy pass@1 (%), seed max']:.1f} %",
+        f"{greedy['Δ vs no control at this lr (pts)']:.1f} greedy and "
+        f"{sampled['Δ vs no control at this lr (pts)']:.1f} sampled points higher",
+        f"({spread['cut']:.1f} greedy points against the control's {spread['held']:.1f})",
+    ]
+    assert greedy["Δ vs nearest (pts)"] < 0 < greedy["Δ vs nearest, p (Holm)"] < 0.01
+    assert sampled["Δ vs nearest, p (Holm)"] > 0.01  # "no difference at α = 0.01"
+    missing = [q for q in quoted if q not in text]
+    assert not missing, missing
+
+
 def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
     """The README's equal-bytes bullet quotes figures/training_quality*_equal_bytes.csv: every
     optimizer's mean loss at the bytes, and every paired difference with its interval."""

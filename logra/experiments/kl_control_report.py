@@ -324,10 +324,11 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
                     study: str = "frontier") -> ClaimRow:
     """C6 at the stress learning rate, on `study`'s runs (the frontier's, or the seed bands'):
     does the control prevent a runaway? For each controlled method with its uncontrolled twin
-    (`FREE`) at `stress_lr`: reproduced when the uncontrolled run's smoothed KL exceeds
-    `runaway_kl` and the controlled one's never does, with held-out greedy pass@1 no lower
-    (seed mean); partly when the control at least divides the peak KL by `c6_factor`; not
-    reproduced otherwise, or when no uncontrolled run runs away (nothing to prevent)."""
+    (`FREE`) at `stress_lr`: reproduced when every seed of the uncontrolled run has its smoothed
+    KL exceed `runaway_kl` and no seed of the controlled one does, with held-out greedy pass@1
+    no lower (seed mean); partly when some uncontrolled seed runs away and the control keeps
+    every seed under the line or at least divides the peak KL by `c6_factor`; not reproduced
+    otherwise, or when no uncontrolled seed runs away (nothing to prevent)."""
     runs = per_run(_stress_runs(frame, cfg, study), problems, cfg)
     parts, outcomes = [], []
     for method, free_method in FREE.items():
@@ -335,13 +336,14 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
         for delta, held in runs[runs["method"] == method].groupby("delta", sort=True):
             if free.empty:
                 continue
-            ran_away = bool((free["peak_kl"] > cfg.runaway_kl).any())
+            ran_away = free["peak_kl"] > cfg.runaway_kl  # per seed
             contained = bool((held["peak_kl"] <= cfg.runaway_kl).all())
             better = held["greedy"].mean() >= free["greedy"].mean()
             shrink = free["peak_kl"].max() / max(held["peak_kl"].max(), KL_FLOOR)
-            outcomes.append("prevented" if ran_away and contained and better else
-                            "reduced" if ran_away and shrink >= cfg.c6_factor else
-                            "no runaway" if not ran_away else "not prevented")
+            outcomes.append(
+                "prevented" if ran_away.all() and contained and better else
+                "reduced" if ran_away.any() and (contained or shrink >= cfg.c6_factor) else
+                "no runaway" if not ran_away.any() else "not prevented")
             parts.append(f"{METHODS[method].short}: peak KL {_span(free['peak_kl'])} without "
                          f"control, {_span(held['peak_kl'])} with δ = {delta:g} (clipped "
                          f"{held['clipped'].mean():.0f} % of steps); greedy pass@1 "
