@@ -101,8 +101,9 @@ def _point_groups(runs: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
 def frontier_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
                    study: str = "frontier") -> pd.DataFrame:
     """One row per point (method, lr, δ) of `study`: seeds, steps the control cut, median step
-    KL, final and peak KL to the reference, held-out pass@1 (%, seed mean) and its gain over the
-    policy before RL (points), reward of the last steps, s/step."""
+    KL, final KL to the reference (seed mean) and peak KL (the highest seed's), held-out pass@1
+    (%, seed mean) and its gain over the policy before RL (points), reward of the last steps,
+    s/step."""
     runs = per_run(_runs(frame, study), problems, cfg)
     rows = []
     for (method, lr, delta), r in _point_groups(runs):
