@@ -11,6 +11,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -124,7 +125,9 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.check:  # regenerate beside the committed figures, never over them
         from logra.paths import results_root
 
-        figures_dir = figures_dir or results_root(args.results_dir) / "check" / "figures"
+        if figures_dir is None:  # our scratch: an earlier check's tables would be compared too
+            figures_dir = results_root(args.results_dir) / "check" / "figures"
+            shutil.rmtree(figures_dir, ignore_errors=True)
         rewrite_readme = False
     if args.backend is not None and not _use_backend(args.backend):
         return 1
@@ -247,10 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write the wall times (reproduce_time_SCALE) among the figures rather "
                           "than under the results directory: how the committed table was made")
     rep.add_argument("--check", action="store_true",
-                     help="regenerate into RESULTS/check/figures (or --figures-dir), never over "
-                          "figures/, then compare those tables with git HEAD's figures/ within "
-                          "figures/tolerances.yaml (python -m logra.check); exit 1 when one "
-                          "moved outside its tolerance")
+                     help="regenerate into RESULTS/check/figures (emptied first; or "
+                          "--figures-dir), never over figures/, then compare those tables with "
+                          "git HEAD's figures/ within figures/tolerances.yaml (python -m "
+                          "logra.check); exit 1 when one moved outside its tolerance")
     rep.add_argument("--pin", choices=["avx2", "strict"],
                      help="pin torch's CPU floating point (instruction set, MKL path, threads) so "
                           "that runs repeat bit for bit across thread counts and, by MKL's "

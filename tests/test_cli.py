@@ -170,15 +170,20 @@ def test_a_bad_param_exits_2_naming_it_before_any_compute(no_compute, capsys, pa
 
 def test_check_compares_the_regenerated_figures_with_head_s(executed, monkeypatch,
                                                              tmp_path) -> None:
-    """`reproduce --check` regenerates into <results>/check/figures, never over the committed
-    figures/ (git status stays clean), runs `python -m logra.check` on that directory and exits
-    with its code (1: a table moved outside its tolerance); the README is left alone."""
+    """`reproduce --check` regenerates into <results>/check/figures, emptied first, never over
+    the committed figures/ (git status stays clean), runs `python -m logra.check` on that
+    directory and exits with its code (1: a table moved outside its tolerance); the README is
+    left alone."""
     calls = []
     monkeypatch.setattr("logra.check.main", lambda argv: calls.append(argv) or 1)
+    stale = tmp_path / "check" / "figures" / "memory.csv"  # an earlier check's table
+    stale.parent.mkdir(parents=True)
+    stale.write_text("a\n1\n")
     code = cli.main(["reproduce", "--only", "07_optimizer_cost", "--results-dir", str(tmp_path),
                      "--check"])
     fresh = str(tmp_path / "check" / "figures")
     assert code == 1 and calls == [[fresh]]
+    assert not stale.exists()  # compared would be a table this run did not regenerate
     assert executed[0][1]["figures_dir"] == fresh
     assert executed[0][1].get("rewrite_readme", False) is False
 
