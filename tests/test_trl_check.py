@@ -27,9 +27,11 @@ def test_agreement_compares_the_seed_ranges_block_by_block() -> None:
     assert set(smooth["source"]) == {"kit", "TRL"} and (smooth["step"] > 0).all()
 
 
-def test_trl_trains_the_kit_s_config(tmp_path) -> None:
-    """TRL's GRPOTrainer runs the kit's smoke config: one reward per step."""
+def test_trl_trains_the_kit_s_config(tmp_path, capsys) -> None:
+    """TRL's GRPOTrainer runs the kit's smoke config: one reward per step, and no step's log
+    dict printed."""
     config = cfg.resolve("grpo", "smoke", results_dir=str(tmp_path), steps=2)
     frame = trl_check.trl_run(config)
     assert frame["step"].tolist() == [1, 2]
     assert frame["reward"].between(0, 1).all()
+    assert "'reward'" not in capsys.readouterr().out

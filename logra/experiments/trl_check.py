@@ -36,6 +36,7 @@ from logra.rl.config import GRPOConfig
 def trl_run(config: GRPOConfig) -> pd.DataFrame:
     """TRL's GRPO on the kit's resolved GRPO `config` (its model, task, seed, prompts_per_step,
     group_size, max_new_tokens, lr, steps): step, reward (mean of the step's completions)."""
+    import transformers
     import trl
 
     torch.set_num_threads(config.threads)
@@ -62,6 +63,9 @@ def trl_run(config: GRPOConfig) -> pd.DataFrame:
             disable_tqdm=True)
         trl_trainer = trl.GRPOTrainer(policy, graded, args=args, train_dataset=prompts,
                                       processing_class=tokenizer)
+        # without its bars transformers prints each step's log dict (PrinterCallback); the
+        # rewards are read from the log history below, a notebook's output is not a log
+        trl_trainer.remove_callback(transformers.PrinterCallback)
         trl_trainer.train()
     rows = [dict(step=int(row["step"]), reward=float(row["reward"]))
             for row in trl_trainer.state.log_history if "reward" in row and "step" in row]
