@@ -16,8 +16,9 @@ run, and against the obvious alternative, a smaller learning rate:
   naive projection run away (C5), does the control prevent a runaway (C6)?
 - **bands**: the few points on which the frontier's verdict turns (`band_points`: a controlled
   point, its lr cut around it in KL, its lr without the control) at every seed of `band_seeds`,
-  the same comparisons and C6 on seed means. A band point that is one of `points`, at a seed of
-  `seeds`, is the frontier's run, trained once, so the bands cost only the other seeds.
+  the same comparisons on seed means and C6 on every seed. A band point that is one of
+  `points`, at a seed of `seeds`, is the frontier's run, trained once, so the bands cost only
+  the other seeds.
 - **budget** (beyond the report; where `budget_runs` is set): a bound B on the drift
   KL(π_θ ‖ π_ref) against GRPO's β·KL penalty, fixed and adaptive (Ziegler et al. 2019).
 - **cost**: seconds per GRPO step with and without the control (`control_cost`).
