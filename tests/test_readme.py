@@ -248,3 +248,35 @@ def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
                 mean, half = (float(x) for x in row[delta].split(" ± "))
                 assert any(abs(mean - a) <= 0.00055 and abs(half - b) <= 0.00055
                            for a, b in pairs), (suffix, row["optimizer"], row[delta])
+
+
+def test_notebook_10_rank_numbers_are_the_committed_tables() -> None:
+    """The README's bullet on what keeps LoGRA from leading quotes the rank tables
+    (figures/training_quality*_ranks.csv): APOLLO's and Fira's loss at ranks 4 / 16 / 64 on
+    both benchmarks, GaLore's on text, the recipe's at rank 64 with its rate, and Fira's seed
+    range at equal bytes."""
+    text = _section("Running things")
+    text = text[text.index("* **What keeps LoGRA from leading"):]
+    text = " ".join(text[:text.index("\n* ")].split())
+    ranks = {task: pd.read_csv(FIGURES / f"training_quality{suffix}_ranks.csv")
+             for task, suffix in (("text", ""), ("sft", "_sft"))}
+
+    def losses(task: str, optimizer: str) -> list[str]:
+        rows = ranks[task][ranks[task]["optimizer"] == optimizer].sort_values("rank")
+        assert list(rows["rank"]) == [4, 16, 64], (task, optimizer)
+        return [f"{loss:.3f}" for loss in rows["test loss"]]
+
+    text_part, sft_part = text.split("on SFT", 1)
+    for optimizer in ("APOLLO", "Fira"):
+        assert f"{optimizer} {' / '.join(losses('text', optimizer))}" in text_part, optimizer
+        assert f"{optimizer} {' / '.join(losses('sft', optimizer))}" in sft_part, optimizer
+        assert losses("sft", optimizer)[1] == min(losses("sft", optimizer))  # "rank 16 best"
+    assert "from {} to {} to {} on text".format(*losses("text", "GaLore")) in text
+    recipe = ranks["text"].set_index(["optimizer", "rank"]).loc["LoGRA (channel, APOLLO's recipe)"]
+    assert (f"({recipe.loc[64, 'test loss']:.3f} at lr {recipe.loc[64, 'best lr']:.2g}, against "
+            f"{recipe.loc[16, 'test loss']:.3f} at rank 16)") in text
+    fira = [float(x) for x in losses("text", "Fira")]
+    assert f"{(fira[1] - fira[2]) / 2:.3f} per doubling" in text
+    equal = pd.read_csv(FIGURES / "training_quality_equal_bytes.csv").set_index("optimizer")
+    low, high = (float(x) for x in equal.loc["Fira", "seed range"].split("–"))
+    assert f"({low:.3f}–{high:.3f})" in text
