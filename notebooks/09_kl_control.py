@@ -32,6 +32,8 @@
 # * **stress** at the largest lr: does the naive projection run away (C5), does the control
 #   prevent a runaway (C6)?
 # * **bands**: the points the verdict turns on, again at three seeds;
+# * **naive sweep**: the naive projection at its own learning rates, up to where it learns and
+#   beyond, so that C5 is read where its steps move the policy;
 # * **drift budget** (beyond the report): a bound on KL(π_θ ‖ π_ref) against GRPO's β·KL
 #   penalty, fixed and adaptive, at the stress lr where each of them binds;
 # * **cost**: seconds per step with and without the control.
@@ -55,7 +57,8 @@ figures_dir = None  # None: figures/ at the default scale, else results/<scale>/
 seeds = None  # e.g. [0, 1, 2]; None: the scale's
 steps = None  # GRPO steps per run; None: the scale's
 results_dir = None  # where runs are cached; None: the scale's (results/)
-studies = None  # which parts run, of "frontier", "bands", "budget", "cost"; None: the scale's
+studies = None  # which parts run, of "frontier", "bands", "naive_sweep", "budget", "cost";
+# None: the scale's
 
 # %%
 figures_dir = figures_dir or paths.figures_dir(scale, results_dir)
@@ -124,7 +127,26 @@ if "bands" in cfg.studies:
     report.show_claims(kcr.bands_claims(frame, problems, cfg), "kl_control_bands", figures_dir)
 
 # %% [markdown]
-# ## 4 · A budget on the drift from the reference, against the soft controls
+# ## 4 · The naive projection at its own learning rates
+#
+# At the stress lr the naive projection's steps are about 200× smaller in KL than LoGRA's and
+# its greedy pass@1 does not move: that it does not run away there says nothing about C5. So
+# its lr is raised (`naive_lrs`, at `seeds`) past the point where it learns, and C5 is read at
+# its best lr (highest held-out sampled pass@1): does its KL to the reference run away there
+# within the claim's window? The paired columns test each lr's gain over the policy before RL
+# (Holm's correction over the table).
+
+# %%
+if "naive_sweep" in cfg.studies:
+    report.show_figure(kcr.plot_naive_sweep(frame, problems, cfg), "kl_control_naive_sweep",
+                       figures_dir)
+    report.show_table(kcr.naive_sweep_table(frame, problems, cfg), "kl_control_naive_sweep",
+                      figures_dir)
+    report.show_claims(kcr.naive_sweep_claims(frame, problems, cfg), "kl_control_naive_sweep",
+                       figures_dir)
+
+# %% [markdown]
+# ## 5 · A budget on the drift from the reference, against the soft controls
 #
 # LoGRA without a per-step δ in every run; only the control of the drift differs. The budget is
 # enforced on the KL measured on each step's sampled batch before the step (the largest of the
@@ -134,8 +156,8 @@ if "bands" in cfg.studies:
 # stress point above), so each control binds; each aims at ~0.03 nats, the final KL of the lr
 # cut at 3e-4 and of δ = 0.005 at 1e-3 in the frontier, so all can be read at one KL. The
 # paired columns compare each setting with "no control", problem by problem. The default runs
-# seed 0; `--scale full` runs three seeds and the probe-fed budget, `--scale small-batch` the
-# earlier regime.
+# three seeds; `--scale full` adds the probe-fed budget, `--scale small-batch` runs the earlier
+# regime.
 
 # %%
 if "budget" in cfg.studies and cfg.budget_runs:
@@ -143,7 +165,7 @@ if "budget" in cfg.studies and cfg.budget_runs:
     report.show_table(kcr.budget_table(frame, problems, cfg), "kl_control_budget", figures_dir)
 
 # %% [markdown]
-# ## 5 · What the control costs
+# ## 6 · What the control costs
 #
 # Seconds per GRPO step (sampling, update, measurements) of dense AdamW, LoGRA without control,
 # LoGRA with the default estimate (an exact JVP probe every few steps) and with the probe on the
@@ -161,7 +183,9 @@ if "cost" in cfg.studies:
 # **C5** — a naive-projection seed runs away when its smoothed KL to the reference exceeds
 # `runaway_kl` within the claim's window, and counts only if uncontrolled dense AdamW has not run
 # away as early. **C6** — the control prevents a runaway when the uncontrolled run exceeds
-# `runaway_kl`, the controlled one never does, and its greedy pass@1 is no lower.
+# `runaway_kl`, the controlled one never does, and its greedy pass@1 is no lower. **C5 (naive
+# lr sweep**, section 4, `c5_sweep_claim`) — the same runaway rule at the naive projection's
+# best lr; undecided when that lr is at an end of the sweep or its gain is not significant.
 
 # %%
 if "frontier" in cfg.studies:

@@ -56,7 +56,8 @@ def test_every_scale_validates_and_keeps_the_yaml_values_exactly(experiment: str
 @pytest.mark.parametrize(("experiment", "overrides", "message"), [
     ("kl_control", {"seeds": []}, r"seeds: list should have at least 1 item"),
     ("kl_control", {"studies": ["frontier", "bugdet"]},
-     r"studies: input should be 'frontier', 'bands', 'budget' or 'cost', got 'bugdet'"),
+     r"studies: input should be 'frontier', 'bands', 'naive_sweep', 'budget' or 'cost', "
+     r"got 'bugdet'"),
     ("kl_control", {"budget_runs": {"B": {"kl_drift_budgt": 0.03}}},
      r"budget_runs: 'kl_drift_budgt' is not a key of experiments/grpo.yaml \(did you mean "
      r"kl_drift_budget.*\), got \{'kl_drift_budgt': 0.03\}"),

@@ -48,8 +48,8 @@ def test_plan_covers_the_points_and_the_budget_study() -> None:
         assert (grpo.run_dir(kc.grpo_config(default, r)) in frontier) == (r.seed == 0)
 
 
-@pytest.mark.parametrize("studies", [["budget"], ["frontier"], ["bands"], ["cost"],
-                                     ["frontier", "budget"]])
+@pytest.mark.parametrize("studies", [["budget"], ["frontier"], ["bands"], ["naive_sweep"],
+                                     ["cost"], ["frontier", "budget"]])
 def test_studies_select_the_runs_planned(studies) -> None:
     runs = kc.plan(kc.config("default", studies=studies))
     assert {r.study for r in runs} == set(studies) - {"cost"}
@@ -60,11 +60,36 @@ def test_studies_select_the_runs_planned(studies) -> None:
 @pytest.mark.parametrize(("studies", "message"), [
     ([], "studies: list should have at least 1 item"),
     (["budget", "sweep"],
-     "studies: input should be 'frontier', 'bands', 'budget' or 'cost', got 'sweep'"),
+     "studies: input should be 'frontier', 'bands', 'naive_sweep', 'budget' or 'cost', got "
+     "'sweep'"),
     ("budget", "studies must be list like")])
 def test_bad_studies_fail_before_any_run(studies, message) -> None:
     with pytest.raises(ValueError, match=message):
         kc.config("default", studies=studies)
+
+
+def test_the_naive_sweep_plans_every_lr_at_every_seed_and_shares_the_frontier_s_run() -> None:
+    cfg = kc.config("default")
+    sweep = [r for r in kc.plan(cfg) if r.study == "naive_sweep"]
+    assert [(r.method, r.lr, r.delta, r.seed) for r in sweep] == [
+        ("naive", lr, None, seed) for lr in cfg.naive_lrs for seed in cfg.seeds]
+    assert cfg.stress_lr in cfg.naive_lrs  # the stress point is the sweep's first
+    frontier = {grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)
+                if r.study == "frontier"}
+    shared = [r.lr for r in sweep if grpo.run_dir(kc.grpo_config(cfg, r)) in frontier]
+    assert shared == [lr for lr in cfg.naive_lrs if ["naive", lr] in cfg.points]
+    assert kc.config("full").naive_lrs == cfg.naive_lrs
+    assert "naive_sweep" in kc.config("full").studies
+
+
+@pytest.mark.parametrize(("naive_lrs", "message"), [
+    ([1e-3, 1e-2], "naive_lrs: list should have at least 3 items"),
+    ([1e-3, 1e-1, 1e-2], "naive_lrs must ascend"),
+    ([1e-3, 1e-3, 1e-2], "naive_lrs must ascend without repeats"),
+    ([0.0, 1e-3, 1e-2], "naive_lrs")])
+def test_bad_naive_lrs_fail_before_any_run(naive_lrs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        kc.config("default", naive_lrs=naive_lrs)
 
 
 def test_budget_study_alone_needs_no_stress_points() -> None:
@@ -87,10 +112,13 @@ def test_runs_map_to_their_grpo_settings_and_share_notebook_04s() -> None:
     assert budget.kl_drift_budget == 0.03 and budget.predicted_kl_threshold is None
     assert budget.steps == cfg.budget_steps and budget.drift_probe_every == 20
     dirs = {r: grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)}
-    own = [d for r, d in dirs.items() if r.study != "bands"]
+    own = [d for r, d in dirs.items() if r.study not in ("bands", "naive_sweep")]
     assert len(set(own)) == len(own)  # each run is its own cached directory ...
-    # ... and a band point at a frontier seed is the frontier's run
+    # ... and a band point or a naive lr at a frontier seed is the frontier's run
     assert {d for r, d in dirs.items() if r.study == "bands"} <= set(own)
+    sweep = {r.lr: d for r, d in dirs.items() if r.study == "naive_sweep" and r.seed == 0}
+    assert [lr for lr, d in sweep.items() if d in own] == [1e-3]  # of 3e-4 and 1e-3
+    assert len(set(sweep.values())) == len(sweep)
     # the points with notebook 04's method, lr and seed are notebook 04's runs
     default, theirs = kc.config("default"), comparison.config("default")
     for method, lr in (("adamw", 1e-4), ("logra", 3e-4), ("logra", 1e-3)):
@@ -273,6 +301,60 @@ def test_c5_stress_rule() -> None:
     assert row.verdict == "not reproduced" and "dense AdamW from step" in row.reproduced
 
 
+def _sweep(spec: dict[float, tuple[float, int]], seeds: int = 1, n: int = 400
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Hand-made naive_sweep runs: {lr: (KL reached at the last step, problems solved of n)}
+    at every seed; the policy before RL solves the first half."""
+    solved = lambda k: [1.0] * k + [0.0] * (n - k)  # noqa: E731
+    frames, problems = [], []
+    for seed in range(seeds):
+        frame, evaluated = _runs({("naive", lr, None): (kl, solved(k))
+                                  for lr, (kl, k) in spec.items()})
+        for table, out in ((frame, frames), (evaluated, problems)):
+            table = table.assign(seed=seed)
+            table.loc[table["method"] == "naive", "study"] = "naive_sweep"
+            out.append(table)
+    return pd.concat(frames, ignore_index=True), pd.concat(problems, ignore_index=True)
+
+
+def test_naive_sweep_table_tests_each_lr_against_the_policy_before_rl() -> None:
+    frame, problems = _sweep({1e-3: (0.01, 202), 1e-2: (0.05, 280), 1e-1: (2.0, 40)})
+    table = kcr.naive_sweep_table(frame, problems, _cfg(naive_lrs=[1e-3, 1e-2, 1e-1]))
+    assert list(table["lr"]) == [1e-3, 1e-2, 1e-1]
+    assert list(table["greedy gain (pts)"]) == pytest.approx([0.5, 20.0, -40.0])
+    p = table["greedy gain, p (Holm)"]
+    assert p[0] > 0.1 and p[1] < 1e-6 and p[2] < 1e-6  # 2 problems gained: no difference
+    assert list(table["first step with KL > 0.1"]) == ["never", "never", "2"]
+
+
+@pytest.mark.parametrize(("spec", "seeds", "verdict", "says"), [
+    # learns best at 1e-2 and runs away there
+    ({1e-3: (0.01, 210), 1e-2: (0.5, 280), 1e-1: (3.0, 100)}, 1, "reproduced", "1/1 seeds"),
+    # learns best at 1e-2 and stays calm; runs away only at 10× that
+    ({1e-3: (0.01, 210), 1e-2: (0.05, 280), 1e-1: (3.0, 100)}, 1, "not reproduced",
+     "runs away first at lr 0.1 (10× the best)"),
+    # the best lr at the top of the grid: the sweep did not bracket it
+    ({1e-3: (0.01, 210), 1e-2: (0.05, 240), 1e-1: (0.5, 280)}, 1, "undecided",
+     "at an end of the sweep"),
+    # nothing learns (2 problems): the mechanism never got a chance
+    ({1e-3: (0.01, 200), 1e-2: (0.5, 202), 1e-1: (3.0, 190)}, 1, "undecided",
+     "no lr of the sweep learns")])
+def test_c5_sweep_rule(spec, seeds, verdict, says) -> None:
+    frame, problems = _sweep(spec, seeds)
+    row = kcr.c5_sweep_claim(frame, problems, _cfg(naive_lrs=sorted(spec)))
+    assert row.verdict == verdict and row.verdict in VERDICTS, row.reproduced
+    assert says in row.reproduced, row.reproduced
+
+
+def test_c5_sweep_rule_reads_every_seed_at_the_best_lr() -> None:
+    spec = {1e-3: (0.01, 210), 1e-2: (0.5, 280), 1e-1: (3.0, 100)}
+    frame, problems = _sweep(spec, seeds=2)
+    calm = (frame["seed"] == 1) & (frame["lr"] == 1e-2)
+    frame.loc[calm, "kl"] = frame.loc[calm, "kl"] / 50  # one seed of two stays under 0.1
+    row = kcr.c5_sweep_claim(frame, problems, _cfg(naive_lrs=sorted(spec)))
+    assert row.verdict == "partly" and "1/2 seeds" in row.reproduced, row.reproduced
+
+
 def test_c6_stress_rule() -> None:
     n = 10
     prevented, problems = _runs({("adamw", 1e-3, None): (0.5, [0.0] * n),
@@ -336,6 +418,11 @@ def test_notebook_writes_its_figures_tables_and_claims(executed, assert_figure) 
     assert (bands["greedy pass@1 (%)"] <= bands["greedy pass@1 (%), seed max"]).all()
     banded = pd.read_csv(out / "kl_control_bands_lr_matched.csv")
     assert len(banded) == 2 * sum(len(p) == 3 for p in cfg.band_points)
+    sweep = pd.read_csv(out / "kl_control_naive_sweep.csv")
+    assert list(sweep["lr"]) == cfg.naive_lrs and (sweep["seeds"] == len(cfg.seeds)).all()
+    assert sweep["greedy gain, p (Holm)"].between(0, 1).all()
+    sweep_claims = pd.read_csv(out / "claims_kl_control_naive_sweep.csv")
+    assert list(sweep_claims["claim"]) == ["C5"] and sweep_claims["verdict"].isin(VERDICTS).all()
     band_claims = pd.read_csv(out / "claims_kl_control_bands.csv")
     assert list(band_claims["claim"]) == ["C6"]
     assert band_claims["scale"].str.endswith(f"{len(cfg.band_seeds)} seed(s)").all()

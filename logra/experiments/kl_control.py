@@ -14,6 +14,10 @@ run, and against the obvious alternative, a smaller learning rate:
   uncontrolled run at its own lr (`frontier_table`, Holm's correction over the table).
 - **stress**: the runs of `points` at `stress_lr`, where uncontrolled steps are largest: does the
   naive projection run away (C5), does the control prevent a runaway (C6)?
+- **naive_sweep**: the naive projection at every lr of `naive_lrs`, at every seed. At the
+  stress lr its steps are two orders smaller in KL than LoGRA's and it barely moves the policy,
+  so "it does not run away there" tests nothing; the sweep raises its lr until it learns and
+  beyond, and C5 is read at the lr where it learns best (`c5_sweep_claim`).
 - **bands**: the few points on which the frontier's verdict turns (`band_points`: a controlled
   point, its lr cut around it in KL, its lr without the control) at every seed of `band_seeds`,
   the same comparisons on seed means and C6 on every seed. A band point that is one of
@@ -73,7 +77,7 @@ BASE = "base"  # the policy before RL, in `problems`
 MEASURES = ("greedy", "sampled")
 # a controlled method's twin without the control: its lr cut
 FREE = {"adamw-kl": "adamw", "logra": "logra-nokl"}
-STUDIES = ("frontier", "bands", "budget", "cost")  # the parts `studies` can select
+STUDIES = ("frontier", "bands", "naive_sweep", "budget", "cost")  # what `studies` can select
 
 
 def family(method: str) -> str:
@@ -118,6 +122,7 @@ class Config(grpo_runs.GRPOExperiment):
     stress_lr: Positive
     band_points: list[Annotated[list[Any], Field(min_length=2, max_length=3)]]  # as points
     band_seeds: Seeds
+    naive_lrs: Annotated[list[Positive], Field(min_length=3)]  # ascending: checked by `config`
     studies: Annotated[list[Literal[STUDIES]], Field(min_length=1)]
     budget_runs: dict[str, GRPOKeys]  # setting -> GRPO keys on top of the experiment's
     budget_method: Method
@@ -150,6 +155,9 @@ def config(scale: str = "default", **overrides: Any) -> Config:
     if "bands" in cfg.studies and not _points(cfg, "band_points"):
         raise ValueError("band_points is empty: give the points to band, or leave 'bands' out "
                          "of studies")
+    if sorted(set(cfg.naive_lrs)) != list(cfg.naive_lrs):
+        raise ValueError(f"naive_lrs must ascend without repeats (its ends tell whether the best "
+                         f"lr is bracketed), got {cfg.naive_lrs}")
     if cfg.budget_runs and not METHODS[cfg.budget_method].controllable:
         raise ValueError(f"budget_method must be one of "
                          f"{[m for m, spec in METHODS.items() if spec.controllable]}, "
@@ -164,7 +172,8 @@ def config(scale: str = "default", **overrides: Any) -> Config:
 
 def plan(cfg: Config) -> list[Run]:
     """Every run of the `studies` asked for: the points at every seed, the band points at every
-    band seed, then the budget study's (each budget run also has its `setting`, its name in
+    band seed, the naive projection at every lr of `naive_lrs` and seed, then the budget
+    study's (each budget run also has its `setting`, its name in
     `budget_runs`, and the GRPO keys that setting gives), each evaluated before and after
     training."""
     runs = []
@@ -177,6 +186,9 @@ def plan(cfg: Config) -> list[Run]:
                      eval_every=cfg.steps)
                  for method, lr, delta in _points(cfg, "band_points")
                  for seed in cfg.band_seeds]
+    if "naive_sweep" in cfg.studies:
+        runs += [Run(study="naive_sweep", method="naive", lr=lr, seed=seed, eval_every=cfg.steps)
+                 for lr in cfg.naive_lrs for seed in cfg.seeds]
     if "budget" not in cfg.studies:
         return runs
     # the budget is judged on the probe, not the noisy batch KL
@@ -209,7 +221,7 @@ def run(cfg: Config, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]
     runs = plan(cfg)
     configs = [grpo_config(cfg, r) for r in runs]
     grpo_runs.prepare_inputs(cfg.results_dir, [configs[0].model], [configs[0].task])
-    # a run two studies share (a band point at a frontier seed) is trained once
+    # a run two studies share (a band point or a naive lr at a frontier seed) is trained once
     first = {grpo.run_dir(c): i for i, c in reversed(list(enumerate(configs)))}
     order = sorted(first.values(),  # the longest first
                    key=lambda i: -METHODS[runs[i].method].cost * configs[i].steps)

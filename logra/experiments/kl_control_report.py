@@ -1,7 +1,8 @@
 """Notebook 09's tables, figures and claims (C5, C6 at proxy scale), from the runs
 `logra.experiments.kl_control` plans and trains: one row per run (`per_run`), the frontier
 against the lr cut (`frontier_table`, `lr_matched_table`), the stress test (`stress_table`,
-`c5_stress_claim`, `c6_stress_claim`), the drift budget (`budget_table`) and the seed bands
+`c5_stress_claim`, `c6_stress_claim`), the naive projection's lr sweep (`naive_sweep_table`,
+`c5_sweep_claim`), the drift budget (`budget_table`) and the seed bands
 (`bands_table`, and the frontier's tables and C6 read with `study="bands"`). Paired tests are
 per problem (`comparison_report.paired`), Holm's correction over each table.
 """
@@ -269,6 +270,32 @@ def bands_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> pd.
     return table
 
 
+NAIVE_SWEEP = "naive_sweep"
+
+
+def naive_sweep_table(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                      ) -> pd.DataFrame:
+    """The naive projection at each lr of `naive_lrs`: `frontier_table`'s columns on the
+    naive_sweep study, the first step each seed's smoothed KL exceeds `runaway_kl`, and each
+    measure's paired per-problem gain over the policy before RL (per-problem means over seeds)
+    with Holm's correction over the table."""
+    runs = _runs(frame, NAIVE_SWEEP)
+    table = frontier_table(runs, problems, cfg, study=NAIVE_SWEEP)
+    groups = _point_groups(per_run(runs, problems, cfg))
+    table.insert(len(table.columns) - 1, f"first step with KL > {cfg.runaway_kl:g}",
+                 [_steps_text(s) for _, s in groups["first_runaway_step"]])
+    evaluated = _study_problems(problems, NAIVE_SWEEP)
+    base = _by_problem(evaluated[(evaluated["method"] == BASE)
+                                 & evaluated["seed"].isin(runs["seed"].unique())])
+    tests = []
+    for measure in measured(problems):
+        table[f"{measure} gain, p (Holm)"] = math.nan
+        for i, lr in enumerate(table["lr"]):
+            gain = paired(base, _per_problem(evaluated, "naive", lr, math.nan), measure)
+            tests.append((i, f"{measure} gain, p (Holm)", gain.p))
+    return holm_cells(table, tests)
+
+
 def _stress_runs(frame: pd.DataFrame, cfg: Config, study: str = "frontier") -> pd.DataFrame:
     runs = _runs(frame, study)
     return runs[runs["lr"] == cfg.stress_lr]
@@ -359,6 +386,53 @@ def c6_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config,
     where = "proxy stress test" if study == "frontier" else f"proxy stress test, {study} study"
     return ClaimRow("C6", f"predicted-KL step control prevents the KL collapse ({where})",
                     text, _scale_text(frame, cfg, study), verdict)
+
+
+def c5_sweep_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> ClaimRow:
+    """C5 where the naive projection learns: its lr sweep (`naive_sweep_table`). Its best lr is
+    the one with the highest held-out sampled pass@1 (greedy where sampled is not measured),
+    the lr one would train it at. At that lr, every seed's smoothed KL to the reference above
+    `runaway_kl` within `c5_window` steps: reproduced; some seeds: partly; none: not reproduced.
+    Undecided when the sweep is no test of it: the best lr is at an end of `naive_lrs` (not
+    bracketed), or the gain there is not significant (Holm p ≥ `alpha`: it did not learn)."""
+    table = naive_sweep_table(frame, problems, cfg)
+    if table.empty:
+        raise ValueError("C5 (naive lr sweep) needs the naive_sweep study's runs")
+    measure = "sampled" if "sampled" in measured(problems) else "greedy"
+    best = int(table[f"{measure} pass@1 (%)"].idxmax())
+    lr = float(table.loc[best, "lr"])
+    runs = per_run(_runs(frame, NAIVE_SWEEP), problems, cfg)
+    at_best = runs[runs["lr"] == lr]
+    window = cfg.c5_window[1]
+    ran = at_best["first_runaway_step"] <= window
+    away = runs.groupby("lr")["first_runaway_step"].min()
+    away = away[away <= window]
+    first_lr = f"lr {away.index.min():g} ({away.index.min() / lr:.3g}× the best)" \
+        if len(away) else "no lr of the sweep"
+    steps = "; ".join(f"lr {r['lr']:g}: peak KL {r['peak KL']:.3g}, {measure} pass@1 "
+                      f"{r[f'{measure} pass@1 (%)']:.1f} %" for r in table.to_dict("records"))
+    text = (f"naive projection ({steps}); best lr "
+            f"{lr:g}: {measure} gain {table.loc[best, f'{measure} gain (pts)']:+.1f} points (Holm "
+            f"p {table.loc[best, f'{measure} gain, p (Holm)']:.2g}), above {cfg.runaway_kl:g} "
+            f"within {window} steps on {int(ran.sum())}/{len(at_best)} seeds; runs away first "
+            f"at {first_lr}")
+    if best in (0, len(table) - 1):
+        verdict, text = "undecided", text + "; not a test: the best lr is at an end of the sweep"
+    elif not table.loc[best, f"{measure} gain, p (Holm)"] < cfg.alpha:
+        verdict, text = "undecided", text + "; not a test: no lr of the sweep learns"
+    else:
+        verdict = "reproduced" if ran.all() else "partly" if ran.any() else "not reproduced"
+    example = grpo_config(cfg, plan(cfg)[0])
+    scale = (f"{cfg.scale}: {example.model}, {cfg.steps} GRPO steps ({example.prompts_per_step}"
+             f" × {example.group_size}), {at_best['seed'].nunique()} seed(s), the naive "
+             f"projection's lr sweep")
+    return ClaimRow("C5", "naive random projection makes KL(π_θ ‖ π_ref) explode within 50–100 "
+                    "steps (proxy, at the naive projection's best lr)", text, scale, verdict)
+
+
+def naive_sweep_claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
+                       ) -> list[ClaimRow]:
+    return [c5_sweep_claim(frame, problems, cfg)]
 
 
 def claims(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> list[ClaimRow]:
@@ -493,6 +567,43 @@ def plot_runs(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     return fig
 
 
+def plot_naive_sweep(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> plt.Figure:
+    """The naive projection's lr sweep: KL to the reference per step, one line per lr (seed
+    mean, band over the seeds; dotted: `runaway_kl`), and held-out pass@1 after training
+    against the lr (seed means, bars over the seeds' range; dotted: before RL)."""
+    runs = _runs(frame, NAIVE_SWEEP)
+    summary = per_run(runs, problems, cfg)
+    lrs = sorted(runs["lr"].unique())
+    colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(lrs)))
+    fig, (ax_kl, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.6))
+    trained = runs[runs["step"] >= 2]  # step 1 samples from π_ref: KL 0
+    for lr, color in zip(lrs, colors, strict=True):
+        r = trained[trained["lr"] == lr]
+        line_with_band(ax_kl, r.assign(kl=r["kl"].clip(lower=KL_FLOOR)), "step", "kl",
+                       band=r["seed"].nunique() > 1, color=color, lw=1.4, label=f"lr {lr:g}")
+    ax_kl.axhline(cfg.runaway_kl, color="grey", ls=":", lw=1)
+    ax_kl.set(yscale="log", xlabel="GRPO step", ylabel="KL(π_θ ‖ π_ref) (nats/token)")
+    ax_kl.set_title(f"naive projection: KL to the reference (dotted: {cfg.runaway_kl:g})",
+                    fontsize=10)
+    ax_kl.legend(fontsize=8)
+    for measure, marker in zip(measured(problems), ("o", "s"), strict=False):
+        means = summary.groupby("lr")[measure]
+        y = 100 * means.mean()
+        ax_acc.errorbar(y.index, y, yerr=[y - 100 * means.min(), 100 * means.max() - y],
+                        marker=marker, capsize=3, color=METHODS["naive"].color,
+                        ls="-" if measure == "greedy" else "--", label=f"{measure} pass@1")
+        ax_acc.axhline(100 * summary[f"{measure}_before"].mean(), color="grey",
+                       ls=":" if measure == "greedy" else "-.", lw=1,
+                       label=f"{measure}, before RL")
+    ax_acc.set(xscale="log", xlabel="learning rate", ylabel="held-out pass@1 (%)")
+    ax_acc.set_title(f"after {cfg.steps} steps", fontsize=10)
+    ax_acc.legend(fontsize=8)
+    for ax in (ax_kl, ax_acc):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def plot_budget(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
                 ) -> plt.Figure:
     """Budget study: KL to the reference per step for each setting (the batches' KL: seed mean,
@@ -544,5 +655,6 @@ FIGURES = {
     "kl_control_budget": plot_budget,
     "kl_control_bands": lambda frame, problems, cfg: plot_frontier(frame, problems, cfg,
                                                                    study="bands"),
+    "kl_control_naive_sweep": plot_naive_sweep,
 }
 

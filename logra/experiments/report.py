@@ -18,7 +18,9 @@ from logra.io import atomic_path, write_frame, write_text
 from logra.paths import FIGURES_SCALE, figures_dir
 
 FIGURES_DIR = figures_dir(FIGURES_SCALE)  # the committed figures/
-VERDICTS = ("reproduced", "not reproduced", "partly", "needs GPU scale", "inconsistent as reported")
+# "undecided": the experiment ran but is no test of the claim (e.g. its mechanism never acted)
+VERDICTS = ("reproduced", "not reproduced", "partly", "undecided", "needs GPU scale",
+            "inconsistent as reported")
 # An experiment's figure from its results frame and its typed Config: the values of its FIGURES
 Plot = Callable[[pd.DataFrame, Any], plt.Figure]
 
