@@ -73,7 +73,7 @@ def test_the_naive_sweep_plans_every_lr_at_every_seed_and_shares_the_frontier_s_
     sweep = [r for r in kc.plan(cfg) if r.study == "naive_sweep"]
     assert [(r.method, r.lr, r.delta, r.seed) for r in sweep] == [
         ("naive", lr, None, seed) for lr in cfg.naive_lrs for seed in cfg.seeds]
-    assert cfg.stress_lr in cfg.naive_lrs  # the stress point is the sweep's first
+    assert cfg.naive_lrs[0] == cfg.stress_lr  # the stress point is the sweep's first
     frontier = {grpo.run_dir(kc.grpo_config(cfg, r)) for r in kc.plan(cfg)
                 if r.study == "frontier"}
     shared = [r.lr for r in sweep if grpo.run_dir(kc.grpo_config(cfg, r)) in frontier]
@@ -301,15 +301,21 @@ def test_c5_stress_rule() -> None:
     assert row.verdict == "not reproduced" and "dense AdamW from step" in row.reproduced
 
 
-def _sweep(spec: dict[float, tuple[float, int]], seeds: int = 1, n: int = 400
+def _sweep(spec: dict[float, tuple[float, int]], seeds: int = 1, n: int = 400,
+           sampled: dict[float, int] | None = None, steps: int = 20
            ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Hand-made naive_sweep runs: {lr: (KL reached at the last step, problems solved of n)}
-    at every seed; the policy before RL solves the first half."""
+    """Hand-made naive_sweep runs: {lr: (KL reached at the last step, problems solved of n)} at
+    every seed, and where `sampled` is given, the problems each lr solves sampled ({lr: k});
+    the policy before RL solves the first half either way."""
     solved = lambda k: [1.0] * k + [0.0] * (n - k)  # noqa: E731
     frames, problems = [], []
     for seed in range(seeds):
         frame, evaluated = _runs({("naive", lr, None): (kl, solved(k))
-                                  for lr, (kl, k) in spec.items()})
+                                  for lr, (kl, k) in spec.items()}, steps=steps)
+        if sampled is not None:
+            for lr, k in [(math.nan, n // 2), *sampled.items()]:
+                rows = evaluated["lr"].isna() if math.isnan(lr) else evaluated["lr"] == lr
+                evaluated.loc[rows, "sampled"] = solved(k)
         for table, out in ((frame, frames), (evaluated, problems)):
             table = table.assign(seed=seed)
             table.loc[table["method"] == "naive", "study"] = "naive_sweep"
@@ -319,40 +325,69 @@ def _sweep(spec: dict[float, tuple[float, int]], seeds: int = 1, n: int = 400
 
 def test_naive_sweep_table_tests_each_lr_against_the_policy_before_rl() -> None:
     frame, problems = _sweep({1e-3: (0.01, 202), 1e-2: (0.05, 280), 1e-1: (2.0, 40)})
-    table = kcr.naive_sweep_table(frame, problems, _cfg(naive_lrs=[1e-3, 1e-2, 1e-1]))
+    cfg = _cfg(naive_lrs=[1e-3, 1e-2, 1e-1])
+    table = kcr.naive_sweep_table(frame, problems, cfg)
     assert list(table["lr"]) == [1e-3, 1e-2, 1e-1]
     assert list(table["greedy gain (pts)"]) == pytest.approx([0.5, 20.0, -40.0])
     p = table["greedy gain, p (Holm)"]
     assert p[0] > 0.1 and p[1] < 1e-6 and p[2] < 1e-6  # 2 problems gained: no difference
     assert list(table["first step with KL > 0.1"]) == ["never", "never", "2"]
+    # rows in ascending lr whatever the runs' order; other studies' runs of the same method
+    # and lr, and the policy before RL at a seed the sweep did not run, are not read
+    shuffled = frame.iloc[::-1]
+    other = problems[problems["method"] == "naive"].assign(study="frontier", greedy=0.0)
+    stray = problems[problems["method"] == kc.BASE].assign(seed=7, greedy=1.0)
+    mixed = pd.concat([problems, other, stray], ignore_index=True)
+    pd.testing.assert_frame_equal(kcr.naive_sweep_table(shuffled, mixed, cfg), table)
 
 
-@pytest.mark.parametrize(("spec", "seeds", "verdict", "says"), [
+@pytest.mark.parametrize(("spec", "verdict", "says"), [
     # learns best at 1e-2 and runs away there
-    ({1e-3: (0.01, 210), 1e-2: (0.5, 280), 1e-1: (3.0, 100)}, 1, "reproduced", "1/1 seeds"),
+    ({1e-3: (0.01, 210), 1e-2: (0.5, 280), 1e-1: (3.0, 100)}, "reproduced", "1/1 seeds"),
     # learns best at 1e-2 and stays calm; runs away only at 10× that
-    ({1e-3: (0.01, 210), 1e-2: (0.05, 280), 1e-1: (3.0, 100)}, 1, "not reproduced",
+    ({1e-3: (0.01, 210), 1e-2: (0.05, 280), 1e-1: (3.0, 100)}, "not reproduced",
      "runs away first at lr 0.1 (10× the best)"),
-    # the best lr at the top of the grid: the sweep did not bracket it
-    ({1e-3: (0.01, 210), 1e-2: (0.05, 240), 1e-1: (0.5, 280)}, 1, "undecided",
+    # the best lr at either end of the grid: the sweep did not bracket it
+    ({1e-3: (0.01, 210), 1e-2: (0.05, 240), 1e-1: (0.5, 280)}, "undecided",
+     "at an end of the sweep"),
+    ({1e-3: (0.01, 280), 1e-2: (0.05, 240), 1e-1: (0.5, 210)}, "undecided",
      "at an end of the sweep"),
     # nothing learns (2 problems): the mechanism never got a chance
-    ({1e-3: (0.01, 200), 1e-2: (0.5, 202), 1e-1: (3.0, 190)}, 1, "undecided",
-     "no lr of the sweep learns")])
-def test_c5_sweep_rule(spec, seeds, verdict, says) -> None:
-    frame, problems = _sweep(spec, seeds)
+    ({1e-3: (0.01, 200), 1e-2: (0.5, 202), 1e-1: (3.0, 190)}, "undecided",
+     "not a significant rise"),
+    # every lr loses, significantly: the least bad is no lr that learns
+    ({1e-3: (0.01, 150), 1e-2: (0.5, 170), 1e-1: (3.0, 100)}, "undecided",
+     "not a significant rise")])
+def test_c5_sweep_rule(spec, verdict, says) -> None:
+    frame, problems = _sweep(spec)
     row = kcr.c5_sweep_claim(frame, problems, _cfg(naive_lrs=sorted(spec)))
     assert row.verdict == verdict and row.verdict in VERDICTS, row.reproduced
     assert says in row.reproduced, row.reproduced
+    # the runs' order does not move the ends of the sweep
+    assert kcr.c5_sweep_claim(frame.iloc[::-1], problems,
+                              _cfg(naive_lrs=sorted(spec))).verdict == verdict
 
 
-def test_c5_sweep_rule_reads_every_seed_at_the_best_lr() -> None:
+def test_c5_sweep_rule_picks_the_best_lr_by_sampled_pass_at_1() -> None:
+    # greedy is best at 1e-3 (an end); sampled at 1e-2, where the run runs away
+    spec = {1e-3: (0.01, 300), 1e-2: (0.5, 250), 1e-1: (3.0, 100)}
+    frame, problems = _sweep(spec, sampled={1e-3: 210, 1e-2: 290, 1e-1: 100})
+    row = kcr.c5_sweep_claim(frame, problems, _cfg(naive_lrs=sorted(spec)))
+    assert row.verdict == "reproduced" and "best lr 0.01: sampled gain +22.5" in row.reproduced
+
+
+def test_c5_sweep_rule_reads_every_seed_at_the_best_lr_within_the_window() -> None:
     spec = {1e-3: (0.01, 210), 1e-2: (0.5, 280), 1e-1: (3.0, 100)}
     frame, problems = _sweep(spec, seeds=2)
     calm = (frame["seed"] == 1) & (frame["lr"] == 1e-2)
     frame.loc[calm, "kl"] = frame.loc[calm, "kl"] / 50  # one seed of two stays under 0.1
     row = kcr.c5_sweep_claim(frame, problems, _cfg(naive_lrs=sorted(spec)))
     assert row.verdict == "partly" and "1/2 seeds" in row.reproduced, row.reproduced
+    # a runaway after the window's end (step 20 here) is not the claim's: KL rising to 0.2 at
+    # step 40 crosses 0.1 at step 21
+    late, problems = _sweep({1e-3: (0.01, 210), 1e-2: (0.2, 280), 1e-1: (3.0, 100)}, steps=40)
+    row = kcr.c5_sweep_claim(late, problems, _cfg(naive_lrs=sorted(spec)))
+    assert row.verdict == "not reproduced" and "0/1 seeds" in row.reproduced, row.reproduced
 
 
 def test_c6_stress_rule() -> None:

@@ -15,9 +15,9 @@ run, and against the obvious alternative, a smaller learning rate:
 - **stress**: the runs of `points` at `stress_lr`, where uncontrolled steps are largest: does the
   naive projection run away (C5), does the control prevent a runaway (C6)?
 - **naive_sweep**: the naive projection at every lr of `naive_lrs`, at every seed. At the
-  stress lr its steps are two orders smaller in KL than LoGRA's and it barely moves the policy,
-  so "it does not run away there" tests nothing; the sweep raises its lr until it learns and
-  beyond, and C5 is read at the lr where it learns best (`c5_sweep_claim`).
+  stress lr its median step KL is two orders smaller than LoGRA's and its greedy pass@1 does
+  not move, so "it does not run away there" is weak evidence; the sweep raises its lr until it
+  learns and beyond, and C5 is read at the lr where it learns best (`c5_sweep_claim`).
 - **bands**: the few points on which the frontier's verdict turns (`band_points`: a controlled
   point, its lr cut around it in KL, its lr without the control) at every seed of `band_seeds`,
   the same comparisons on seed means and C6 on every seed. A band point that is one of
