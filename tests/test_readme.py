@@ -163,7 +163,8 @@ def test_notebook_09_budget_numbers_are_the_committed_table() -> None:
         "adaptive β (target 0.03)"]
     vs_free, vs_budget = "Δ vs no control (pts)", "Δ vs drift budget B = 0.03 (pts)"
     quoted = [
-        f"final KL {free['final KL, seed min']:.3f} and {free['final KL, seed max']:.3f}",
+        f"final KL {free['final KL, seed min']:.3f}–{free['final KL, seed max']:.3f} over the "
+        f"seeds",
         f"greedy {free['greedy pass@1 (%)']:.2f} %",
         f"(highest {budget['highest probed KL']:.3f}) and ends at "
         f"{budget['final KL to ref, mean']:.3f} with greedy {budget['greedy pass@1 (%)']:.1f} % "
