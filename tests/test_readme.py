@@ -281,3 +281,23 @@ def test_notebook_10_rank_numbers_are_the_committed_tables() -> None:
     equal = pd.read_csv(FIGURES / "training_quality_equal_bytes.csv").set_index("optimizer")
     low, high = (float(x) for x in equal.loc["Fira", "seed range"].split("–"))
     assert f"({low:.3f}–{high:.3f})" in text
+
+
+def test_notebook_10_best_configuration_numbers_are_the_committed_tables() -> None:
+    """The README's bullet on LoGRA's best configuration against AdamW quotes
+    figures/training_quality*.csv: the paired difference with its interval, both losses, the
+    ratio, Holm's p and the state share, on text and SFT."""
+    text = _section("Running things")
+    text = text[text.index("* **LoGRA's best configuration against AdamW**"):]
+    text = " ".join(text[:text.index("\n* ")].split())
+    best = "LoGRA (channel, APOLLO's recipe)"
+    for suffix in ("", "_sft"):
+        table = pd.read_csv(FIGURES / f"training_quality{suffix}.csv").set_index("optimizer")
+        row, adamw = table.loc[best], table.loc["AdamW"]
+        delta = row["Δ vs AdamW (95 % CI)"].replace("-", "−")
+        quoted = (f"{delta} nats", f"({row['test loss']:.3f} against {adamw['test loss']:.3f}",
+                  f"{row['loss / AdamW']:.3f}×", f"Holm p {row['p (Holm)']:.2g})",
+                  f"{100 * row['state / AdamW']:.0f} %")
+        missing = [q for q in quoted if q not in text]
+        assert not missing, (suffix, missing)
+        assert row["verdict"] == "lower than AdamW"
