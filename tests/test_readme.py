@@ -301,3 +301,37 @@ def test_notebook_10_best_configuration_numbers_are_the_committed_tables() -> No
         missing = [q for q in quoted if q not in text]
         assert not missing, (suffix, missing)
         assert row["verdict"] == "lower than AdamW"
+
+
+def _lr(value: float) -> str:
+    """A learning rate as the README writes it: 3e-4, 1e-2."""
+    return f"{value:.0e}".replace("e-0", "e-")
+
+
+def test_notebook_09_naive_sweep_numbers_are_the_committed_tables() -> None:
+    """The README's paragraph on the naive projection's own lrs quotes
+    figures/kl_control_naive_sweep.csv and its claim row: the best lr and its gains, the lr
+    where it runs away and when, the collapsed runs' KL, and the verdict."""
+    sweep = pd.read_csv(FIGURES / "kl_control_naive_sweep.csv").set_index("lr")
+    claim = pd.read_csv(FIGURES / "claims_kl_control_naive_sweep.csv").iloc[0]
+    text = _section("Running things")
+    text = text[text.index("**The naive projection at its own learning rates**"):]
+    text = " ".join(text[:text.index("\n\n")].split())
+    best = sweep["sampled pass@1 (%)"].idxmax()
+    away = sweep[sweep["first step with KL > 0.1"] != "never"].index.min()
+    collapsed = sweep[sweep["greedy pass@1 (%)"] == 0]
+    quoted = [
+        f"learns best at {_lr(best)} (sampled {_signed(sweep.loc[best, 'sampled gain (pts)'])} "
+        f"points",
+        f"greedy {_signed(sweep.loc[best, 'greedy gain (pts)'])})",
+        f"runs away at {_lr(away)} (smoothed KL above 0.1 from step "
+        f"{sweep.loc[away, 'first step with KL > 0.1']}, greedy "
+        f"{_signed(sweep.loc[away, 'greedy gain (pts)'])} points)",
+        f"collapses from {_lr(collapsed.index.min())} (KL up to "
+        + " and ".join(f"{kl:.1f}" for kl in collapsed["peak KL"]),
+        f"it explodes at {away / best:.0f}× that lr",
+        f"**C5 at its best lr: {claim['verdict']}.**",
+    ]
+    missing = [q for q in quoted if q not in text]
+    assert not missing, missing
+    assert f"best lr {best:g}" in claim["reproduced"]
