@@ -299,6 +299,9 @@ def test_c5_stress_rule() -> None:
                             ("naive", 1e-3, None): (0.5, [0.0] * n)})
     row = kcr.c5_stress_claim(both, problems, _cfg())
     assert row.verdict == "not reproduced" and "dense AdamW from step" in row.reproduced
+    # runs shorter than the window's start can show a runaway, not its absence
+    assert kcr.c5_stress_claim(calm, problems, _cfg(steps=5)).verdict == "undecided"
+    assert kcr.c5_stress_claim(runaway, problems, _cfg(steps=5)).verdict == "reproduced"
 
 
 def _sweep(spec: dict[float, tuple[float, int]], seeds: int = 1, n: int = 400,
@@ -388,6 +391,11 @@ def test_c5_sweep_rule_reads_every_seed_at_the_best_lr_within_the_window() -> No
     late, problems = _sweep({1e-3: (0.01, 210), 1e-2: (0.2, 280), 1e-1: (3.0, 100)}, steps=40)
     row = kcr.c5_sweep_claim(late, problems, _cfg(naive_lrs=sorted(spec)))
     assert row.verdict == "not reproduced" and "0/1 seeds" in row.reproduced, row.reproduced
+    # runs shorter than the window's start: no runaway is no evidence, a runaway still is
+    short = _cfg(naive_lrs=sorted(spec), steps=5)
+    assert kcr.c5_sweep_claim(late, problems, short).verdict == "undecided"
+    frame, problems = _sweep(spec)
+    assert kcr.c5_sweep_claim(frame, problems, short).verdict == "reproduced"
 
 
 def test_c6_stress_rule() -> None:

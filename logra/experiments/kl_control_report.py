@@ -329,7 +329,8 @@ def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
     the reference exceeds `runaway_kl` nats/token within `c5_window` steps. Every seed: reproduced
     — unless uncontrolled dense AdamW runs away as early, in which case the explosion is the
     learning rate's, not the compression's: not reproduced; some seeds: partly; none: not
-    reproduced."""
+    reproduced, or undecided when the runs are shorter than the window's start (a short run can
+    show a runaway, not its absence)."""
     runs = per_run(_stress_runs(frame, cfg), problems, cfg)
     naive = runs[runs["method"] == "naive"]
     dense = runs[runs["method"] == "adamw"]
@@ -349,6 +350,8 @@ def c5_stress_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config
         verdict = "reproduced"
     elif ran.any() and not dense_first <= naive["first_runaway_step"].min():
         verdict = "partly"
+    elif cfg.steps < cfg.c5_window[0] and not ran.any():
+        verdict, text = "undecided", f"{text}; no test: {cfg.steps} steps, shorter than the window"
     else:
         verdict = "not reproduced"
     return ClaimRow("C5", "naive random projection makes KL(π_θ ‖ π_ref) explode within 50–100 "
@@ -402,7 +405,8 @@ def c5_sweep_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> 
     `c5_window` steps: reproduced; some seeds: partly; none: not reproduced. Undecided when the
     sweep is no test: the best lr is the sweep's lowest or highest (not bracketed), its gain
     over the policy before RL is not a significant rise (Holm p ≥ `alpha`, or a loss), or the
-    runs are shorter than the window's start. The rule has no dense comparator (as
+    runs are shorter than the window's start and no seed ran away (a short run can show a
+    runaway, not its absence). The rule has no dense comparator (as
     `c5_stress_claim` has at one lr): each method is read at its own best lr, where the frontier
     shows whether dense AdamW and LoGRA run away. Choosing the best lr by pass@1 leans towards
     "not reproduced" (a run that runs away seldom scores best), so the row also gives the lowest
@@ -432,8 +436,8 @@ def c5_sweep_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> 
     untested = ("the best lr is at an end of the sweep"
                 if lr in (table["lr"].min(), table["lr"].max()) else
                 "the best lr's gain is not a significant rise" if not (gain > 0 and p < cfg.alpha)
-                else f"{cfg.steps} steps, shorter than the window" if cfg.steps < cfg.c5_window[0]
-                else "")
+                else f"{cfg.steps} steps, shorter than the window"
+                if cfg.steps < cfg.c5_window[0] and not ran.any() else "")
     if untested:
         verdict, text = "undecided", f"{text}; no test: {untested}"
     else:
