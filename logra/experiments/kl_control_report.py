@@ -414,8 +414,7 @@ def c5_sweep_claim(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -> 
     table = naive_sweep_table(frame, problems, cfg)
     if table.empty:
         raise ValueError("C5 (naive lr sweep) needs the naive_sweep study's runs")
-    measures = measured(_study_problems(problems, NAIVE_SWEEP))
-    measure = "sampled" if "sampled" in measures else "greedy"
+    measure = "sampled" if "sampled gain, p (Holm)" in table else "greedy"  # the sweep measured
     scores = table[f"{measure} pass@1 (%)"]
     best = int(scores.idxmax())
     lr, gain, p = (float(table.loc[best, c]) for c in
@@ -603,7 +602,8 @@ def plot_naive_sweep(frame: pd.DataFrame, problems: pd.DataFrame, cfg: Config) -
     ax_kl.set_title(f"naive projection: KL to the reference (dotted: {cfg.runaway_kl:g})",
                     fontsize=10)
     ax_kl.legend(fontsize=8)
-    for measure, marker in zip(measured(problems), ("o", "s"), strict=False):
+    for measure, marker in zip(measured(_study_problems(problems, NAIVE_SWEEP)), ("o", "s"),
+                               strict=False):
         means = summary.groupby("lr")[measure]
         y = 100 * means.mean()
         ax_acc.errorbar(y.index, y, yerr=[y - 100 * means.min(), 100 * means.max() - y],
