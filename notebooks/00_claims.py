@@ -30,11 +30,12 @@ scale = "default"
 figures_dir = None  # None: figures/ at the default scale, else results/<scale>/figures
 readme = None  # whose claims block the ledger rewrites; None: the project's README.md; "": none
 rewrite_readme = False  # the README follows the default scale only; True: this scale too
+committed_claims = None  # where the claim files figures_dir lacks are read (a partial --check)
 
 # %%
 figures_dir = figures_dir or paths.figures_dir(scale)
 readme = paths.project_root() / "README.md" if readme is None else readme
-table = claims.ledger(claims.collect(figures_dir))
+table = claims.ledger(claims.collect(figures_dir, committed_claims))
 report.show_table(table, "claims", figures_dir)
 if readme and (scale == paths.FIGURES_SCALE or rewrite_readme):
     claims.update_readme(table, readme, scale)

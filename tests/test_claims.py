@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from logra import notebooks
+from logra import cli, notebooks
 from logra.experiments import claims, report
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def write_rows(directory, name: str, rows: list[report.ClaimRow]) -> None:
@@ -63,3 +67,29 @@ def test_readme_without_a_claims_block_is_an_error(tmp_path) -> None:
     readme.write_text("no block here\n")
     with pytest.raises(ValueError, match="claims:start"):
         claims.update_readme(claims.ledger(claims.collect(tmp_path)), readme, "smoke")
+
+
+def test_a_partial_check_takes_the_committed_rows_it_did_not_regenerate(tmp_path) -> None:
+    """`collect(fresh, committed)`: a claim file fresh has wins; one only committed has is read
+    from there, tagged with its own source; one only fresh has is kept."""
+    fresh, committed = tmp_path / "fresh", tmp_path / "committed"
+    write_rows(fresh, "a", [report.ClaimRow("C1", "r", "new", "s", "reproduced")])
+    write_rows(fresh, "c", [report.ClaimRow("C3", "r", "only fresh", "s", "partly")])
+    write_rows(committed, "a", [report.ClaimRow("C1", "r", "old", "s", "not reproduced")])
+    write_rows(committed, "b", [report.ClaimRow("C2", "r", "kept", "s", "partly")])
+    rows = claims.collect(fresh, committed).set_index("source")
+    assert sorted(rows.index) == ["a", "b", "c"]
+    assert rows.loc["a", "reproduced"] == "new" and rows.loc["b", "reproduced"] == "kept"
+    assert list(claims.collect(fresh)["source"]) == ["a", "c"]  # without it: fresh alone
+
+
+def test_a_check_of_the_ledger_alone_finds_it_current(tmp_path, capsys) -> None:
+    """`reproduce --check --only 00_claims` rebuilds the ledger from HEAD's claim files and
+    finds claims.csv and verdict_counts.csv identical to HEAD's (with no claim file
+    regenerated, the ledger would read "not yet tested" twelve times and fail)."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert cli.main(["reproduce", "--only", "00_claims", "--results-dir", str(tmp_path),
+                     "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "2 table(s) identical, 0 moved" in out, out  # claims.csv, verdict_counts.csv

@@ -347,3 +347,26 @@ def test_dir_lists_the_lazy_names_without_importing_them(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           cwd=tmp_path, check=True)
     assert done.stdout.strip() == "[] []", done.stdout + done.stderr
+
+
+def test_a_partial_check_gives_the_ledger_head_s_other_claims(executed, monkeypatch,
+                                                              tmp_path) -> None:
+    """A partial `--check` that runs 00_claims hands it git HEAD's claim files for the ones it
+    does not regenerate; otherwise the ledger it compares would hold only this run's rows."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    monkeypatch.setattr("logra.check.main", lambda argv: 0)
+    code = cli.main(["reproduce", "--only", "09_kl_control", "00_claims", "-p",
+                     "studies=[budget]", "--results-dir", str(tmp_path), "--check"])
+    assert code == 0
+    params = {name: params for name, params, _ in executed}
+    committed = Path(params["00_claims"]["committed_claims"])
+    assert committed == tmp_path / "check" / "committed" / "figures"
+    assert (committed / "claims_kl_control.csv").read_text() == subprocess.run(
+        ["git", "show", "HEAD:figures/claims_kl_control.csv"], cwd=REPO, check=True,
+        capture_output=True, text=True).stdout
+    assert "committed_claims" not in params["09_kl_control"]
+
+    executed.clear()  # a complete check regenerates every claim file: nothing stands in
+    assert cli.main(["reproduce", "--results-dir", str(tmp_path), "--check"]) == 0
+    assert all("committed_claims" not in params for _, params, _ in executed)

@@ -21,10 +21,18 @@ MISSING = "not yet tested"
 README_BLOCK = re.compile(r"(<!-- claims:start -->\n).*?(<!-- claims:end -->)", re.S)
 
 
-def collect(figures_dir: str | Path) -> pd.DataFrame:
-    """Concatenate figures_dir/claims_*.csv, each row tagged with the file it came from."""
+def collect(figures_dir: str | Path, committed_dir: str | Path | None = None) -> pd.DataFrame:
+    """Concatenate figures_dir/claims_*.csv, each row tagged with the file it came from.
+
+    `committed_dir`: the claim files figures_dir lacks are read from there instead, so that a
+    partial `reproduce --check` (some notebooks or studies regenerated) builds the whole ledger,
+    the notebooks it did not run keeping their committed rows; None: figures_dir's files only.
+    """
+    paths = {path.name: path for path in Path(figures_dir).glob("claims_*.csv")}
+    if committed_dir is not None:
+        paths = {path.name: path for path in Path(committed_dir).glob("claims_*.csv")} | paths
     frames = []
-    for path in sorted(Path(figures_dir).glob("claims_*.csv")):
+    for path in (paths[name] for name in sorted(paths)):
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
         frames.append(frame.assign(source=path.stem.removeprefix("claims_")))
     if not frames:
