@@ -207,7 +207,8 @@ def reproduce(scale: str, only: list[str] | None = None,
     None rewrites the project README's claims block at the default scale only.
     Stops at the first failure, keeping every figure and executed notebook already written.
     A complete run (`only` None) also writes its wall times as TIMES/reproduce_time_SCALE; a
-    partial one updates its notebooks' rows of that table if there is one (`save_wall_times`).
+    partial one updates its notebooks' rows of that table if there is one (`save_wall_times`),
+    and the "prepare" row where it prepared the same proxies as a complete run.
     TIMES is `figures_dir` when `record_times`, else the results directory: wall times are a
     measurement of this machine, recorded among the figures only when asked, so that a second
     reproduction (every run read back from the results store) rewrites no committed file.
@@ -231,7 +232,7 @@ def reproduce(scale: str, only: list[str] | None = None,
     if results_dir is not None:
         given["results_dir"] = str(results)
     start = time.perf_counter()
-    prepare_models(scale, names, log, results)
+    models = prepare_models(scale, names, log, results)
     seconds: dict[str, float] = {"prepare": time.perf_counter() - start}
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name} (scale={scale}) ...")
@@ -247,8 +248,10 @@ def reproduce(scale: str, only: list[str] | None = None,
     if only is None:
         save_wall_times(seconds, scale, times)
     elif (times / f"reproduce_time_{scale}.csv").exists():
-        save_wall_times({k: v for k, v in seconds.items() if k != "prepare"}, scale, times,
-                        update=True)
+        # its prepare row only where it prepared every proxy a complete run prepares
+        complete = set(models) == set(required_models(scale, ordered()))
+        save_wall_times({k: v for k, v in seconds.items() if k != "prepare" or complete},
+                        scale, times, update=True)
     log(f"wall times in {times / f'reproduce_time_{scale}.md'}")
     return seconds
 

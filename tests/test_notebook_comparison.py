@@ -417,20 +417,27 @@ def test_a_complete_reproduce_writes_its_wall_times(monkeypatch, tmp_path) -> No
     assert table["seconds"].iloc[-1] == pytest.approx(table["seconds"].iloc[:-1].sum(),
                                                       abs=rounding)
     assert (table["scale"] == "smoke").all()
-    # a partial run (--only) replaces its notebook's row, keeps the others and the complete
-    # run's prepare, and sums the total again
+    # a partial run (--only) replaces its notebook's row, keeps the others and, where it
+    # prepares fewer proxies than a complete run (02_memory: none), the complete run's prepare,
+    # and sums the total again
     complete = table.set_index("step")["seconds"]
     monkeypatch.setattr(notebooks, "execute",
                         lambda name, params, executed_dir: time.sleep(0.3))
-    notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None,
+    monkeypatch.setattr("logra.models.prepare", lambda model, **kw: time.sleep(0.2) or model)
+    notebooks.reproduce("smoke", only=["02_memory"], figures_dir=tmp_path, log=lambda _: None,
                         results_dir=tmp_path / "results", record_times=True)
     updated = pd.read_csv(tmp_path / "reproduce_time_smoke.csv")
     assert list(updated["step"]) == list(table["step"])
     again = updated.set_index("step")["seconds"]
-    assert again[kt.NOTEBOOK] >= 0.3 > complete[kt.NOTEBOOK]
-    others = [s for s in complete.index if s not in (kt.NOTEBOOK, "total")]
+    assert again["02_memory"] >= 0.3 > complete["02_memory"]
+    others = [s for s in complete.index if s not in ("02_memory", "total")]
     assert (again[others] == complete[others]).all()
     assert again["total"] == pytest.approx(again.drop("total").sum(), abs=rounding)
+    # one that prepares every proxy a complete run does (at smoke, 03's one) replaces prepare
+    notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None,
+                        results_dir=tmp_path / "results", record_times=True)
+    last = pd.read_csv(tmp_path / "reproduce_time_smoke.csv").set_index("step")["seconds"]
+    assert last["prepare"] >= 0.2 > again["prepare"] and last["02_memory"] == again["02_memory"]
     # with no table yet, a partial run writes none
     (tmp_path / "reproduce_time_smoke.csv").unlink()
     notebooks.reproduce("smoke", only=[kt.NOTEBOOK], figures_dir=tmp_path, log=lambda _: None,
