@@ -121,7 +121,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.check and args.scale != "default":
         return usage_error(args.parser, "--check compares with the committed figures/, which "
                                         "only --scale default regenerates")
-    figures_dir, rewrite_readme = args.figures_dir, args.rewrite_readme
+    figures_dir, rewrite_readme, committed_claims = args.figures_dir, args.rewrite_readme, None
     if args.check:  # regenerate beside the committed figures, never over them
         from logra.paths import results_root
 
@@ -129,20 +129,21 @@ def _reproduce(args: argparse.Namespace) -> int:
             figures_dir = results_root(args.results_dir) / "check" / "figures"
             shutil.rmtree(figures_dir, ignore_errors=True)
         rewrite_readme = False
-        if "00_claims" in names and (parameters or names != notebooks.ordered()):
-            # a partial check regenerates some claim files: the ledger takes HEAD's for the rest
-            try:
-                parameters["committed_claims"] = str(_committed_claims(args.results_dir))
-            except ValueError as err:  # not a git checkout: nothing to check against either
-                print(f"error: {err}", file=sys.stderr)
-                return 1
+        partly = notebooks.partly_regenerated(names, parameters)
+        if notebooks.CLAIMS_NOTEBOOK in names and partly:
+            try:  # the ledger takes HEAD's claim files for what this check does not regenerate
+                committed_claims = _committed_claims(args.results_dir, partly)
+            except (ValueError, FileNotFoundError) as err:  # no git, or not a checkout
+                print(f"error: --check needs git HEAD's figures: {err}", file=sys.stderr)
+                return 2
     if args.backend is not None and not _use_backend(args.backend):
         return 1
     start = time.perf_counter()
     try:
         notebooks.reproduce(args.scale, only=args.only, figures_dir=figures_dir,
                             results_dir=args.results_dir, rewrite_readme=rewrite_readme,
-                            record_times=args.record_times, parameters=parameters)
+                            record_times=args.record_times, parameters=parameters,
+                            committed_claims=committed_claims)
     except (notebooks.NotebookFailed, ValueError) as err:  # a notebook, a config, a build
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -154,14 +155,21 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _committed_claims(results_dir: str | None) -> Path:
-    """git HEAD's figures/*.csv, extracted to RESULTS/check/committed/figures (emptied first)."""
+def _committed_claims(results_dir: str | None, experiments: list[str]) -> Path:
+    """git HEAD's claim files of `experiments` (figures/claims_EXPERIMENT[_STUDY].csv),
+    extracted to RESULTS/check/committed/figures (emptied first); every other file removed."""
     from logra import check
     from logra.paths import results_root
 
     target = results_root(results_dir) / "check" / "committed"
     shutil.rmtree(target, ignore_errors=True)
-    return check.committed_figures("HEAD", target)
+    figures = check.committed_figures("HEAD", target)
+    for path in figures.glob("*.csv"):
+        source = path.stem.removeprefix("claims_")
+        if source == path.stem or not any(source == experiment or source.startswith(
+                f"{experiment}_") for experiment in experiments):
+            path.unlink()
+    return figures
 
 
 def _use_backend(backend: str) -> bool:

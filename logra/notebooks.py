@@ -167,8 +167,18 @@ def declared_parameters(name: str) -> set[str]:
     return set(pm.inspect_notebook(str(NOTEBOOKS_DIR / f"{name}.ipynb")))
 
 
-SET_BY_REPRODUCE = ("scale", "figures_dir", "results_dir", "readme", "rewrite_readme")
+SET_BY_REPRODUCE = ("scale", "figures_dir", "results_dir", "readme", "rewrite_readme",
+                    "committed_claims")
 """Notebook parameters `reproduce` sets from its own arguments."""
+
+
+def partly_regenerated(names: list[str], parameters: dict[str, Any]) -> list[str]:
+    """The experiments (`NOTEBOOKS`' values) whose claim files a run of the notebooks `names`
+    with `parameters` may leave unwritten: those of the notebooks it skips, and of those it runs
+    with a parameter of their own (e.g. `studies`: some of its studies). Empty for a complete
+    run."""
+    return [experiment for name, experiment in NOTEBOOKS.items()
+            if name not in names or set(parameters) & declared_parameters(name)]
 
 
 def check_parameters(parameters: dict[str, Any], declared: dict[str, set[str]]) -> None:
@@ -177,7 +187,8 @@ def check_parameters(parameters: dict[str, Any], declared: dict[str, set[str]]) 
     own = sorted(set(parameters) & set(SET_BY_REPRODUCE))
     if own:
         raise ValueError(f"parameters {own} are set by reproduce's own options (--scale, "
-                         "--figures-dir, --results-dir, --rewrite-readme), not by a parameter")
+                         "--figures-dir, --results-dir, --rewrite-readme, --check), not by a "
+                         "parameter")
     for key in parameters:
         if not any(key in names for names in declared.values()):
             offered = sorted(set().union(*declared.values()) - set(SET_BY_REPRODUCE))
@@ -192,7 +203,8 @@ def reproduce(scale: str, only: list[str] | None = None,
               results_dir: str | os.PathLike | None = None,
               rewrite_readme: bool | None = None,
               record_times: bool = False,
-              parameters: dict[str, Any] | None = None) -> dict[str, float]:
+              parameters: dict[str, Any] | None = None,
+              committed_claims: str | os.PathLike | None = None) -> dict[str, float]:
     """Build the proxy policies the notebooks need (`prepare_models`), then execute every
     notebook at `scale`; returns seconds per step ("prepare", then each notebook).
 
@@ -205,6 +217,8 @@ def reproduce(scale: str, only: list[str] | None = None,
     `<results>/notebooks` at the default scale, `<results>/<scale>/notebooks` otherwise;
     `results_dir` None: each experiment's own (`results/` of the project). `rewrite_readme`
     None rewrites the project README's claims block at the default scale only.
+    `committed_claims`: a directory of claim files the ledger (00_claims) reads where this run
+    wrote none of that name (a partial `--check`: HEAD's, `partly_regenerated`).
     Stops at the first failure, keeping every figure and executed notebook already written.
     A complete run (`only` None) also writes its wall times as TIMES/reproduce_time_SCALE; a
     partial one updates its notebooks' rows of that table if there is one (`save_wall_times`),
@@ -231,6 +245,8 @@ def reproduce(scale: str, only: list[str] | None = None,
              "readme": str(readme) if rewrite_readme else "", "rewrite_readme": rewrite_readme}
     if results_dir is not None:
         given["results_dir"] = str(results)
+    if committed_claims is not None:
+        given["committed_claims"] = str(committed_claims)
     start = time.perf_counter()
     models = prepare_models(scale, names, log, results)
     seconds: dict[str, float] = {"prepare": time.perf_counter() - start}

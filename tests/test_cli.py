@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -349,24 +350,85 @@ def test_dir_lists_the_lazy_names_without_importing_them(tmp_path) -> None:
     assert done.stdout.strip() == "[] []", done.stdout + done.stderr
 
 
-def test_a_partial_check_gives_the_ledger_head_s_other_claims(executed, monkeypatch,
-                                                              tmp_path) -> None:
-    """A partial `--check` that runs 00_claims hands it git HEAD's claim files for the ones it
-    does not regenerate; otherwise the ledger it compares would hold only this run's rows."""
+def _committed_claims(params: dict[str, dict]) -> set[str] | None:
+    """The claim files a check handed 00_claims (None: no directory)."""
+    if "committed_claims" not in params.get("00_claims", {}):
+        return None
+    return {p.name for p in Path(params["00_claims"]["committed_claims"]).iterdir()}
+
+
+@pytest.mark.parametrize(("argv", "stand_in"), [
+    # 09 run in part: its claim files and every skipped notebook's stand in
+    (["--only", "09_kl_control", "00_claims", "-p", "studies=[budget]"],
+     {"claims_kl_control.csv", "claims_kl_control_bands.csv", "claims_memory.csv"}),
+    # 09 run in full: it writes every claim file of its own, so none of HEAD's stands in
+    (["--only", "09_kl_control", "00_claims"], {"claims_memory.csv"}),
+    # every notebook, 09 in part: 09's alone
+    (["-p", "studies=[budget]"], {"claims_kl_control.csv", "claims_kl_control_bands.csv"}),
+])
+def test_a_partial_check_gives_the_ledger_head_s_claims_for_what_it_skips(
+        executed, monkeypatch, tmp_path, argv, stand_in) -> None:
+    """A partial `--check` that runs 00_claims hands it git HEAD's claim files for the
+    notebooks it skips or runs with a parameter of theirs, and only those; otherwise the ledger
+    it compares would hold only this run's rows (or hide a claim file a notebook run in full no
+    longer writes)."""
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
     monkeypatch.setattr("logra.check.main", lambda argv: 0)
-    code = cli.main(["reproduce", "--only", "09_kl_control", "00_claims", "-p",
-                     "studies=[budget]", "--results-dir", str(tmp_path), "--check"])
-    assert code == 0
-    params = {name: params for name, params, _ in executed}
-    committed = Path(params["00_claims"]["committed_claims"])
-    assert committed == tmp_path / "check" / "committed" / "figures"
-    assert (committed / "claims_kl_control.csv").read_text() == subprocess.run(
-        ["git", "show", "HEAD:figures/claims_kl_control.csv"], cwd=REPO, check=True,
-        capture_output=True, text=True).stdout
-    assert "committed_claims" not in params["09_kl_control"]
+    assert cli.main(["reproduce", *argv, "--results-dir", str(tmp_path), "--check"]) == 0
+    given = _committed_claims({name: params for name, params, _ in executed})
+    assert stand_in <= given and all(name.startswith("claims_") for name in given)
+    if "-p" not in argv or "--only" in argv:
+        assert "claims_memory.csv" in given
+    if argv[-1] == "00_claims":  # 09 in full
+        assert not any(name.startswith("claims_kl_control") for name in given)
+    if "--only" not in argv:
+        assert given == {n for n in given if n.startswith("claims_kl_control")}
+    committed = tmp_path / "check" / "committed" / "figures" / "claims_kl_control.csv"
+    if committed.exists():
+        assert committed.read_text() == subprocess.run(
+            ["git", "show", "HEAD:figures/claims_kl_control.csv"], cwd=REPO, check=True,
+            capture_output=True, text=True).stdout
 
-    executed.clear()  # a complete check regenerates every claim file: nothing stands in
+
+def test_a_check_without_the_ledger_or_of_everything_hands_it_nothing(
+        executed, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr("logra.check.main", lambda argv: 0)
+    assert cli.main(["reproduce", "--only", "07_optimizer_cost", "--results-dir",
+                     str(tmp_path), "--check"]) == 0
+    assert not (tmp_path / "check" / "committed").exists()
     assert cli.main(["reproduce", "--results-dir", str(tmp_path), "--check"]) == 0
     assert all("committed_claims" not in params for _, params, _ in executed)
+
+
+def test_a_partial_check_with_the_ledger_still_records_its_wall_times(
+        executed, monkeypatch, tmp_path) -> None:
+    """HEAD's claim files reach 00_claims as an option of reproduce, not as a `-p` parameter,
+    which would mark the run as partial work and record no times."""
+    monkeypatch.setattr("logra.check.main", lambda argv: 0)
+    monkeypatch.setattr("logra.check.committed_figures",
+                        lambda revision, target: target.mkdir(parents=True) or target)
+    assert cli.main(["reproduce", "--results-dir", str(tmp_path), "--check"]) == 0
+    times = tmp_path / "reproduce_time_default.csv"
+    before = pd.read_csv(times).set_index("step")["seconds"]
+    monkeypatch.setattr(notebooks, "execute", lambda name, params, executed_dir: time.sleep(0.2))
+    assert cli.main(["reproduce", "--only", "02_memory", "00_claims", "--results-dir",
+                     str(tmp_path), "--check"]) == 0
+    after = pd.read_csv(times).set_index("step")["seconds"]
+    assert after["02_memory"] >= 0.2 > before["02_memory"]
+
+
+def test_a_check_without_git_s_figures_exits_2_naming_it(executed, monkeypatch, tmp_path,
+                                                        capsys) -> None:
+    def no_git(revision, target):
+        raise FileNotFoundError("[Errno 2] No such file or directory: 'git'")
+
+    monkeypatch.setattr("logra.check.committed_figures", no_git)
+    assert cli.main(["reproduce", "--only", "02_memory", "00_claims", "--results-dir",
+                     str(tmp_path), "--check"]) == 2
+    assert "--check needs git HEAD's figures" in capsys.readouterr().err and not executed
+
+
+def test_committed_claims_is_reproduce_s_to_set(no_compute, capsys) -> None:
+    assert exit_code(["reproduce", "--only", "00_claims", "-p", "committed_claims=/tmp"]) == 2
+    assert "set by reproduce's own options" in capsys.readouterr().err
