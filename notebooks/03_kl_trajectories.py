@@ -38,10 +38,10 @@
 # seed are notebook 04's runs (one cache).
 #
 # The control scales the whole step by γ = min(1, √(δ / KL̂)) with KL̂ = ½ΔᵀFΔ. The second
-# part calibrates the two estimates of KL̂ — the free diagonal one and the exact JVP — against
-# the KL each step actually caused. All logic lives in `logra.experiments.kl_trajectories` (the
-# runs; the methods are `logra.experiments.grpo_runs`') and `kl_trajectories_report` (tables,
-# figures, claims).
+# part sets the estimates of KL̂ (the default's JVP probe on a subsample of the batch, the free
+# diagonal one, the JVP on the whole batch) against the KL each step actually caused. All
+# logic lives in `logra.experiments.kl_trajectories` (the runs; the methods are
+# `logra.experiments.grpo_runs`') and `kl_trajectories_report` (tables, figures, claims).
 
 # %%
 # %matplotlib inline
@@ -106,13 +106,17 @@ print(ktr.summary(frame, cfg))
 # ## 2 · Calibration: predicted against measured KL of each step
 #
 # A separate LoGRA run (gain, at a smaller batch of 2 prompts × 4 samples and lr 1e-4, since
-# every step is also probed by the exact JVP; `calibration_keys`) predicts the KL of every
-# step with the **default calibrated estimate** but never clips: the free diagonal estimate
-# ½·Δᵀdiag(V̂)Δ times a factor refitted from an exact JVP probe on the first step and every
-# `kl_probe_every` steps (on probed steps the probe itself is the prediction). Each step is also
-# probed by the **exact JVP** ½·ΔᵀFΔ at the pre-step weights, and every prediction is set against
-# the KL(π_before ‖ π_after) measured on the step's batch after the step. δ means nats per token
-# per step only if the first panel's points lie on the diagonal; the second shows why the raw
+# every step is also probed by the JVP on the whole batch; `calibration_keys`) predicts the KL
+# of every step with the **default estimate** (`kl_estimator="calibrated"`) but never clips.
+# With its defaults (`kl_probe_every=1`, `kl_probe_stride=4`) it probes every step: the JVP
+# quadratic ½·ΔᵀFΔ at the pre-step weights on 1 in 4 sequences of the batch (2 of the 8 at
+# the default scale), and that probe is the step's prediction. The free diagonal estimate
+# ½·Δᵀdiag(V̂)Δ, times a factor refitted from the probes, predicts only the steps without a
+# probe: none in this run (the table's second row), more at a longer `kl_probe_every` (the
+# replay below). Each
+# step is also probed by the **JVP on the whole batch**, and every prediction is set against the
+# KL(π_before ‖ π_after) measured on the step's batch after the step. δ means nats per token per
+# step only if the first panel's points lie on the diagonal; the second shows why the raw
 # diagonal estimate cannot be used alone.
 
 # %%
@@ -122,10 +126,12 @@ report.show_table(calibration, "kl_calibration", figures_dir)
 print(f"raw diagonal estimate: measured/predicted c = {ktr.diagonal_calibration(frame):.3g}")
 
 # %% [markdown]
-# The same run replayed offline for other probe intervals and windows of the calibration, and
-# for a trainer that reports each step's measured KL instead (`optimizer.observe_kl(kl)`): the
-# evidence for the defaults (a probe every 10 steps, a median over 8). "probes per step" is what
-# the estimate costs: each probe is one forward-mode pass over the step's batch.
+# The same run replayed offline for other probe intervals and windows of the calibration, with
+# either probe (the default's subsample, or the whole batch), and for a trainer that reports each
+# step's measured KL instead (`optimizer.observe_kl(kl)`): the evidence for probing every step,
+# the default. The window (`kl_calibration_window`, 8) acts only on the steps without a probe.
+# "probes per step" counts forward-mode passes over what is probed: the default's cost a quarter
+# of the whole batch's.
 
 # %%
 report.show_table(ktr.schedule_table(frame), "kl_calibration_schedule", figures_dir)

@@ -170,8 +170,8 @@ if "budget" in cfg.studies and cfg.budget_runs:
 # ## 6 · What the control costs
 #
 # Seconds per GRPO step (sampling, update, measurements) of dense AdamW, LoGRA without control,
-# LoGRA with the default estimate (an exact JVP probe every few steps) and with the probe on the
-# whole batch, timed in turns in one process on one thread at the runs' batch.
+# LoGRA with the default estimate (a JVP probe on 1 in 4 sequences of the batch, every step) and
+# with the probe on the whole batch, timed in turns in one process on one thread at the runs' batch.
 
 # %%
 if "cost" in cfg.studies:

@@ -43,11 +43,13 @@ def test_notebook_writes_figures_tables_and_runs(executed, assert_figure) -> Non
     assert (table["seeds"] == len(cfg.seeds)).all() and (table["steps"] == cfg.steps).all()
     assert (table.filter(like="final KL") >= -1e-6).all().all()
     calibration = pd.read_csv(out / "kl_calibration.csv")
-    assert len(calibration) == 5 and calibration["predictor"].iloc[0].startswith(
-        "calibrated diagonal, the default")
+    assert list(calibration["predictor"]) == [
+        ktr.DEFAULT_PREDICTOR, ktr.UNPROBED_PREDICTOR, ktr.RAW_PREDICTOR, ktr.FULL_PREDICTOR,
+        ktr.APPLIED_PREDICTOR]
     schedule = pd.read_csv(out / "kl_calibration_schedule.csv")
     assert set(schedule["calibration from"]) == {"JVP probes",
                                                  "measured KL each step (observe_kl)"}
+    assert set(schedule["probe"]) == {ktr.DEFAULT_PROBE, ktr.WHOLE_PROBE}
     # every (method, seed) run is cached under the results directory, with its manifest
     for method in cfg.methods:
         for seed in cfg.seeds:
@@ -352,3 +354,36 @@ def test_replay_of_the_calibrated_estimator_matches_the_optimizer_rule() -> None
                                       feedback=True)
     # step 0 probes (ratio 10), then the window of 1 holds the last measured ratio
     np.testing.assert_allclose(first_only, [10.0, 9.0, 40.0, 25.0, 4.0])
+
+
+def test_the_schedule_replays_the_default_s_own_probe_and_the_whole_batch_s() -> None:
+    """`schedule_table` replays both probes: the default's on 1 in `PROBE_STRIDE` sequences (the
+    calibration run's prediction on its probed steps) and the JVP on the whole batch
+    (`jvp_kl`); probing every step, each reproduces its calibration-table row."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 9)
+    frame = pd.concat([pd.DataFrame({
+        "method": "calibration", "seed": seed, "step": steps,
+        "diag_kl": rng.uniform(1e-8, 2e-8, 8), "jvp_kl": rng.uniform(0.5, 2.0, 8) * 1e-3,
+        "predicted_kl": rng.uniform(0.5, 2.0, 8) * 1e-3, "kl_probed": True,
+        "step_kl": rng.uniform(0.5, 2.0, 8) * 1e-3}) for seed in (0, 1)])
+    controlled = pd.DataFrame({"method": "logra", "seed": 0, "step": steps, "kl_probed": True,
+                               "applied_kl": 1e-3, "step_kl": 1e-3})
+    frame = pd.concat([frame, controlled], ignore_index=True)
+    table = ktr.schedule_table(frame, probe_every=(1, 4), windows=(2,)).set_index(
+        ["calibration from", "probe", "probe every"])
+    rows = ktr.calibration_table(frame).set_index("predictor")
+    median, within = "median measured/predicted", "steps within 4× (%)"
+    for probe, predictor in ((ktr.DEFAULT_PROBE, ktr.DEFAULT_PREDICTOR),
+                             (ktr.WHOLE_PROBE, ktr.FULL_PREDICTOR)):
+        row = table.loc[("JVP probes", probe, 1)]
+        assert row[median] == pytest.approx(rows.loc[predictor, median])
+        assert row[within] == pytest.approx(rows.loc[predictor, within])
+        assert row["probes per step"] == 1 and table.loc[("JVP probes", probe, 4),
+                                                         "probes per step"] == 0.25
+    assert ktr.DEFAULT_PROBE.startswith(f"1 in {ktr.PROBE_STRIDE} ")
+    # a step the default did not probe has no probe value to replay
+    unprobed = frame[(frame["method"] == "calibration") & (frame["seed"] == 0)]
+    unprobed = unprobed.assign(kl_probed=[True] * 7 + [False])
+    values = ktr.probe_values(unprobed, ktr.DEFAULT_PROBE)
+    assert np.isnan(values[-1]) and (values[:-1] == unprobed["predicted_kl"].iloc[:-1]).all()

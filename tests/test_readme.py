@@ -335,3 +335,43 @@ def test_notebook_09_naive_sweep_numbers_are_the_committed_tables() -> None:
     missing = [q for q in quoted if q not in text]
     assert not missing, missing
     assert f"best lr {best:g}" in claim["reproduced"]
+
+
+def _power_of_ten(value: float) -> str:
+    """3330816.0 -> "3·10⁶": the README's way of writing a factor to one digit."""
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}·10" + "".join(
+        "⁰¹²³⁴⁵⁶⁷⁸⁹"[int(d)] if d != "-" else "⁻" for d in str(int(exponent)))
+
+
+def test_notebook_03_calibration_numbers_are_the_committed_tables() -> None:
+    """The README's and docs/kl_control.md's numbers for the KL predictors are
+    figures/kl_calibration.csv's (the default's subsampled probe, the whole-batch JVP, the raw
+    diagonal) and kl_calibration_schedule.csv's (the diagonal refitted from the default's
+    sparser probes, or from the measured KL fed back)."""
+    from logra.experiments import kl_trajectories_report as ktr
+
+    table = pd.read_csv(FIGURES / "kl_calibration.csv").set_index("predictor")
+    schedule = pd.read_csv(FIGURES / "kl_calibration_schedule.csv", dtype={"probe every": str})
+    median, within = "median measured/predicted", "steps within 4× (%)"
+    default, full = table.loc[ktr.DEFAULT_PREDICTOR], table.loc[ktr.FULL_PREDICTOR]
+    raw = table.loc[ktr.RAW_PREDICTOR]
+    probed = schedule[schedule["calibration from"] == "JVP probes"]
+    sparse = probed[(probed["probe"] == ktr.DEFAULT_PROBE)
+                    & probed["probe every"].isin(["5", "10", "20"])][within]
+    fed = schedule[schedule["calibration from"] != "JVP probes"][within]
+    assert len(sparse) and len(fed)
+    text = " ".join(_section("The optimizer").split())
+    assert (f"a median measured/predicted of {default[median]:.2f} and lands within 4× on "
+            f"{default[within]:.0f} % of steps") in text
+    assert f"the diagonal estimate alone is {_power_of_ten(raw[median])} times" in text
+    assert f"within 4× on only {sparse.min():.0f}–{sparse.max():.0f} % of steps" in text
+    docs = " ".join((REPO / "docs" / "kl_control.md").read_text().split())
+    assert (f"median measured/predicted {default[median]:.2f}; {default[within]:.0f} % of steps "
+            f"within 4×") in docs
+    assert f"| the batch | {full[median]:.2f}; {full[within]:.0f} % |" in docs
+    assert f"| {_power_of_ten(raw[median])} times too small" in docs
+    assert (f"rank correlation {raw['Spearman ρ']:.2f}, log-log slope {raw['log-log slope']:.1f}"
+            in docs)
+    assert f"every 5–20 steps it lands within 4× on {sparse.min():.0f}–{sparse.max():.0f} %" in docs
+    assert f"fed back every step on {fed.min():.0f}–{fed.max():.0f} %" in docs

@@ -14,17 +14,19 @@ step, step_kl = exact KL(π_before ‖ π_after) of the step's update on its own
 gamma, reward, eval_accuracy, ...), plus the calibration runs (method "calibration").
 
 Calibration (`calibration_run`, with the GRPO keys of `calibration_keys` on top: a smaller
-batch, since each step is also probed by an exact JVP): LoGRA (gain) with the default
-`kl_estimator="calibrated"` and an infinite budget, so that the optimizer predicts the KL of
-every step in nats, as a controlled run would (the raw diagonal estimate ½·Δᵀ diag(V̂) Δ times a
-factor refitted from a JVP probe every `kl_probe_every` steps), but never scales one (the run
-takes the steps logra-nokl would at the same keys and seed). Each step is also probed by the
-exact JVP prediction ½·ΔᵀFΔ of the applied Δ = W_after − W_before at the pre-step weights on the
-step's batch (`logra.optim.kl.predicted_kl_jvp`), and every prediction is set against the
-measured step_kl. `calibration_table` gives, per predictor, the median of measured/predicted and
-the share of steps within a factor 4, the geometric-mean factor c, the free log-log slope and
-the rank correlation. `schedule_table` replays the calibrated estimator offline from the same
-run's raw diagonal and exact JVP values for other probe intervals and windows, and for a trainer
+batch, since each step is also probed by the JVP on the whole batch): LoGRA (gain) with the
+default `kl_estimator="calibrated"` and an infinite budget, so that the optimizer predicts the
+KL of every step in nats, as a controlled run would, but never scales one (the run takes the
+steps logra-nokl would at the same keys and seed). With its default probe interval (every step)
+that prediction is the JVP quadratic ½·ΔᵀFΔ on 1 in `kl_probe_stride` sequences of the batch;
+the raw diagonal estimate ½·Δᵀ diag(V̂) Δ, times a factor refitted from the probes, would
+predict the steps without a probe. Each step is also probed by the JVP prediction of the applied
+Δ = W_after − W_before at the pre-step weights on the whole batch
+(`logra.optim.kl.predicted_kl_jvp`), and every prediction is set against the measured step_kl.
+`calibration_table` gives, per predictor, the median of measured/predicted and the share of
+steps within a factor 4, the geometric-mean factor c, the free log-log slope and the rank
+correlation. `schedule_table` replays the calibrated estimator offline from the same run's raw
+diagonal and either probe's values for other probe intervals and windows, and for a trainer
 that reports each step's measured KL (`LoGRA.observe_kl`): the evidence for the defaults.
 
 The tables, figures and verdicts (`c5_claim`, `c6_claim`, by the rules in their docstrings) are

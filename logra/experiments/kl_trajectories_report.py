@@ -7,6 +7,7 @@ schedules), and the verdicts `c5_claim` and `c6_claim` by the rules in their doc
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import matplotlib.pyplot as plt
@@ -18,6 +19,7 @@ from logra.experiments.kl_trajectories import NOTEBOOK, Config, config, grpo_con
 from logra.experiments.plots import KL_FLOOR, line_with_band
 from logra.experiments.report import ClaimRow, Plot
 from logra.methods import METHODS
+from logra.optim import LoGRA
 
 C5_REPORTED = ("naive random-projection compression of optimizer states makes KL(π_θ ‖ π_ref) "
                "explode within 50–100 gradient steps")
@@ -90,8 +92,20 @@ def _fit(predicted: pd.Series, measured: pd.Series) -> dict[str, float]:
                 median_ratio=float(np.exp(np.median(m - p))), slope=slope, spearman=spearman)
 
 
-CALIBRATION_PANELS = ("calibrated diagonal, the default (calibration run)",
-                      "raw diagonal ½ΣV̂Δ² (calibration run)", "exact JVP probe (calibration run)")
+# The calibration run's LoGRA ("logra", the default estimate "calibrated" with its default
+# probe every step) predicts each step by its JVP probe on 1 in PROBE_STRIDE sequences of the
+# batch; the diagonal, scaled by the factor fitted to the probes, predicts only the steps
+# without one (none in the calibration run: the table's second row).
+PROBE_STRIDE = METHODS["logra"].settings.get(
+    "kl_probe_stride", inspect.signature(LoGRA).parameters["kl_probe_stride"].default)
+DEFAULT_PROBE = f"1 in {PROBE_STRIDE} sequences (the default)"
+WHOLE_PROBE = "the whole batch"
+DEFAULT_PREDICTOR = f"the default: JVP on 1 in {PROBE_STRIDE} sequences (calibration run)"
+UNPROBED_PREDICTOR = "the default on steps without a probe: diagonal × fitted c"
+RAW_PREDICTOR = "raw diagonal ½ΣV̂Δ² (calibration run)"
+FULL_PREDICTOR = "JVP on the whole batch (calibration run)"
+APPLIED_PREDICTOR = "applied γ²·KL̂ (controlled runs)"
+CALIBRATION_PANELS = (DEFAULT_PREDICTOR, RAW_PREDICTOR, FULL_PREDICTOR)
 
 
 WITHIN = 4.0  # the acceptance band of a prediction: measured/predicted in [1/4, 4]
@@ -99,9 +113,10 @@ WITHIN = 4.0  # the acceptance band of a prediction: measured/predicted in [1/4,
 
 def calibration_points(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """(predicted, measured) per step for each predictor, each against the step's measured
-    KL(π_before ‖ π_after): the calibration runs' default (calibrated) prediction, on every step
-    and on the steps it did not probe; their raw diagonal estimate; the exact JVP probe of every
-    step; and the controlled runs' applied prediction γ²·KL̂."""
+    KL(π_before ‖ π_after): the calibration runs' default prediction, on every step (the JVP
+    probe on a subsample of the batch, since they probe every step) and on the steps it did not
+    probe (the fitted diagonal); their raw diagonal estimate; the JVP on the whole batch of
+    every step; and the controlled runs' applied prediction γ²·KL̂."""
     calib = frame[(frame["method"] == "calibration") & (frame["step"] >= 1)]
     unprobed = calib[~calib["kl_probed"].astype(bool)]
     controlled = trajectories(frame)
@@ -112,11 +127,11 @@ def calibration_points(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
                              "step": rows["step"]})
 
     return {
-        "calibrated diagonal, the default (calibration run)": points(calib, "predicted_kl"),
-        "calibrated diagonal, steps without a probe": points(unprobed, "predicted_kl"),
-        "raw diagonal ½ΣV̂Δ² (calibration run)": points(calib, "diag_kl"),
-        "exact JVP probe (calibration run)": points(calib, "jvp_kl"),
-        "applied γ²·KL̂ (controlled runs)": points(controlled, "applied_kl"),
+        DEFAULT_PREDICTOR: points(calib, "predicted_kl"),
+        UNPROBED_PREDICTOR: points(unprobed, "predicted_kl"),
+        RAW_PREDICTOR: points(calib, "diag_kl"),
+        FULL_PREDICTOR: points(calib, "jvp_kl"),
+        APPLIED_PREDICTOR: points(controlled, "applied_kl"),
     }
 
 
@@ -142,10 +157,10 @@ def calibration_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def replay_calibrated(diag: np.ndarray, exact: np.ndarray, measured: np.ndarray,
+def replay_calibrated(diag: np.ndarray, probed: np.ndarray, measured: np.ndarray,
                       probe_every: int | None, window: int, feedback: bool = False) -> np.ndarray:
     """The predictions `LoGRA(kl_estimator="calibrated")` would make over a run whose steps
-    have raw diagonal estimates `diag`, exact JVP values `exact` and measured KLs `measured`
+    have raw diagonal estimates `diag`, JVP probe values `probed` and measured KLs `measured`
     (arrays over steps 1…T of a run that never clips), with probes on the first step and every
     `probe_every` steps (None: the first only) and a median over `window` log-ratios; with
     `feedback`, each step's measured KL is also reported after it (`LoGRA.observe_kl`)."""
@@ -153,7 +168,7 @@ def replay_calibrated(diag: np.ndarray, exact: np.ndarray, measured: np.ndarray,
 
     fit = KLCalibration(window)
     predictions = np.empty(len(diag))
-    for t, (d, e, k) in enumerate(zip(diag, exact, measured, strict=True)):
+    for t, (d, e, k) in enumerate(zip(diag, probed, measured, strict=True)):
         probe = not fit.calibrated if probe_every is None else (
             not fit.calibrated or t % probe_every == 0)
         if probe:
@@ -166,28 +181,42 @@ def replay_calibrated(diag: np.ndarray, exact: np.ndarray, measured: np.ndarray,
     return predictions
 
 
+def probe_values(run: pd.DataFrame, probe: str) -> np.ndarray:
+    """A calibration run's JVP probe of each step: the default's, on 1 in PROBE_STRIDE
+    sequences (its prediction on the steps it probed; NaN on any it did not), or the one on the
+    whole batch (`jvp_kl`)."""
+    if probe == WHOLE_PROBE:
+        return run["jvp_kl"].to_numpy(float)
+    return run["predicted_kl"].where(run["kl_probed"].astype(bool)).to_numpy(float)
+
+
 def schedule_table(frame: pd.DataFrame, probe_every: tuple[int | None, ...] = (1, 5, 10, 20, None),
                    windows: tuple[int, ...] = (1, 4, 8, 16)) -> pd.DataFrame:
-    """The calibrated estimator replayed on the calibration runs for each probe interval and
-    window, and with trainer feedback instead of probes: the median of measured/predicted, the
-    share of steps within a factor 4, and probes per step (what the estimate costs)."""
+    """The calibrated estimator replayed on the calibration runs for each probe (the default's
+    subsample, the whole batch), probe interval and window, and with trainer feedback instead
+    of probes: the median of measured/predicted, the share of steps within a factor 4, and
+    probes per step (what the estimate costs, each probe one forward-mode pass over what it
+    probes). The window only acts on the steps without a probe."""
     calib = frame[(frame["method"] == "calibration") & (frame["step"] >= 1)]
     rows = []
-    settings = [(k, w, False) for k in probe_every for w in windows] + [
-        (None, w, True) for w in windows]
-    for every, window, feedback in settings:
+    settings = [(probe, k, w, False) for probe in (DEFAULT_PROBE, WHOLE_PROBE)
+                for k in probe_every for w in windows] + [
+        (DEFAULT_PROBE, None, w, True) for w in windows]
+    for probe, every, window, feedback in settings:
         predicted, measured = [], []
         for _, run in calib.groupby("seed"):
             run = run.sort_values("step")
-            columns = [run[c].to_numpy(float) for c in ("diag_kl", "jvp_kl", "step_kl")]
-            predicted.append(replay_calibrated(*columns, every, window, feedback))
-            measured.append(columns[2])
+            diag, step_kl = (run[c].to_numpy(float) for c in ("diag_kl", "step_kl"))
+            predicted.append(replay_calibrated(diag, probe_values(run, probe), step_kl, every,
+                                               window, feedback))
+            measured.append(step_kl)
         p, m = pd.Series(np.concatenate(predicted)), pd.Series(np.concatenate(measured))
         fit = _fit(p, m)
         steps = len(p) // max(calib["seed"].nunique(), 1)
         rows.append({
             "calibration from": "measured KL each step (observe_kl)" if feedback
-            else "JVP probes", "probe every": "first step only" if every is None else every,
+            else "JVP probes", "probe": probe,
+            "probe every": "first step only" if every is None else every,
             "window": window, "median measured/predicted": fit["median_ratio"],
             f"steps within {WITHIN:g}× (%)": 100 * _within(p, m),
             "probes per step": (1 if every is None else math.ceil(steps / every)) / steps,
@@ -198,7 +227,7 @@ def schedule_table(frame: pd.DataFrame, probe_every: tuple[int | None, ...] = (1
 def diagonal_calibration(frame: pd.DataFrame) -> float:
     """The constant c of the raw diagonal estimate over the calibration runs: what
     `LoGRA(kl_estimator="diag", kl_calibration=c)` would need on this policy."""
-    points = calibration_points(frame)["raw diagonal ½ΣV̂Δ² (calibration run)"]
+    points = calibration_points(frame)[RAW_PREDICTOR]
     return _fit(points["predicted"], points["measured"])["ratio"]
 
 
@@ -395,7 +424,8 @@ def plot_trajectories(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
 
 def plot_calibration(frame: pd.DataFrame, cfg: Config) -> plt.Figure:
     """Predicted against measured KL of each step, log-log, with y = x and the fitted y = c·x:
-    the default calibrated estimate, the raw diagonal one and the exact JVP probe."""
+    the default estimate (its subsampled JVP probe), the raw diagonal one and the JVP on the
+    whole batch."""
     points = {name: data for name, data in calibration_points(frame).items()
               if name in CALIBRATION_PANELS}
     fig, axes = plt.subplots(1, len(points), figsize=(5 * len(points), 4.6))
