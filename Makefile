@@ -30,8 +30,10 @@ install: $(BIN)/.installed
 lint: install
 	$(BIN)/ruff check .
 
+# One pytest process per core, at most two (each builds its own smoke proxy and tasks once, so
+# more processes repeat that work); every test keeps torch to one thread (tests/conftest.py).
 test: install lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 2
 
 reproduce: install
 	$(BIN)/logra-repro reproduce --scale $(SCALE) $(if $(PIN),--pin $(PIN))
