@@ -232,3 +232,16 @@ def test_every_design_citation_names_a_section_of_docs_design() -> None:
              for number in re.findall(r"docs/design\.md §(\d+(?:\.\d+)?)",
                                       (REPO / path).read_text())}
     assert cited and cited <= sections, sorted(cited - sections)
+
+
+def test_every_results_citation_names_a_section_of_docs_results() -> None:
+    """A citation `docs/results.md, "TITLE` (the quote may break across lines) opens the title
+    of one of its sections, so a section renamed or moved leaves no dangling citation."""
+    headings = re.findall(r"^## (.+)$", (REPO / "docs" / "results.md").read_text(), re.M)
+    cited = {" ".join(title.split()) for path in tracked_files()
+             if path.endswith((".py", ".md")) and path != "tests/test_packaging.py"
+             for title in re.findall(r'docs/results\.md, "([^"]+)', (REPO / path).read_text())}
+    assert cited, "no citation found: the pattern no longer matches how the docs cite"
+    dangling = sorted(title for title in cited
+                      if not any(heading.startswith(title) for heading in headings))
+    assert not dangling, dangling

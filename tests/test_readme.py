@@ -1,5 +1,5 @@
-"""The README tells the truth: its first example runs as written, and the numbers it quotes
-from a notebook's tables are the committed tables' numbers."""
+"""The README and docs/results.md tell the truth: the README's first example runs as written,
+and the numbers they quote from a notebook's tables are the committed tables' numbers."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+RESULTS = (REPO / "docs" / "results.md").read_text()
 FIGURES = REPO / "figures"
 
 
@@ -21,6 +22,39 @@ def _section(title: str) -> str:
     start = README.index(f"## {title}\n")
     following = re.search(r"^##? ", README[start + 3:], flags=re.MULTILINE)
     return README[start:start + 3 + following.start()] if following else README[start:]
+
+
+def test_the_summary_of_results_quotes_only_numbers_of_docs_results() -> None:
+    """Each of the README's one-line results quotes no number that its study's section of
+    docs/results.md (where the tests below check them against the committed tables) does not
+    state as written: a bullet naming notebooks is read against their sections, one naming no
+    notebook against the section of its title."""
+    summary = _section("Running things")
+    summary = summary[summary.index("### What the notebooks found"):]
+    summary = summary[:summary.index("\n### ", 1)]
+    sections = dict(part.split("\n", 1) for part in re.split(r"^## ", RESULTS, flags=re.M)[1:])
+    number = r"[−+]?\d+(?:,\d{3})*(?:\.\d+)?"
+    bullets = re.findall(r"^\* \*\*(.*?)\*\*(.*?)(?=^\* |\Z)", summary, flags=re.M | re.S)
+    assert len(bullets) == 5
+    quoted = 0
+    for title, bullet in bullets:
+        named = re.match(r"\s*\(notebooks? (\d\d)(?: and (\d\d))?\)", bullet)
+        if named:
+            notebooks = [f"notebook {n}" for n in named.groups() if n]
+            bullet = bullet[named.end():]
+            text = "".join(body for heading, body in sections.items()
+                           if any(n in heading.replace("notebooks 03 and 09", "notebook 03 "
+                                                       "notebook 09") for n in notebooks))
+        else:
+            text = sections[title]
+        assert text, title
+        numbers = [n for n in re.findall(rf"{number}(?: to {number})?", bullet)
+                   if not re.fullmatch(r"[135]", n)]  # "C5", "3 seeds", "lr 1e-3"
+        quoted += len(numbers)
+        missing = [n for n in numbers
+                   if not re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d,]|\.\d)", text)]
+        assert not missing, (title, missing)
+    assert quoted >= 6  # the gains of notebooks 11 and 04 at least
 
 
 def test_the_first_loop_runs_as_written() -> None:
@@ -56,8 +90,8 @@ def regime() -> pd.DataFrame:
 
 
 def test_notebook_11_numbers_are_the_committed_tables(regime) -> None:
-    text = _section("Running things")
-    text = text[text.index("### Does GRPO learn here?"):]
+    text = RESULTS
+    text = text[text.index("## Does GRPO learn here?"):]
     greedy = f"{regime['greedy_before'].iloc[0]:.2f} % → " + "–".join(
         _points(v) for v in (regime["greedy_after"].min(), regime["greedy_after"].max()))
     sampled = f"{regime['sampled_before'].iloc[0]:.1f} % → " + "–".join(
@@ -73,8 +107,8 @@ def test_notebook_04_numbers_are_the_committed_tables() -> None:
     """Every row of the README's comparison table quotes figures/comparison.csv: greedy and
     sampled pass@1, the differences to dense AdamW, and the state."""
     table = pd.read_csv(FIGURES / "comparison.csv", dtype=str).set_index("method")
-    text = _section("Running things")
-    text = text[text.index("### LoRA vs dense AdamW vs LoGRA where RL learns"):]
+    text = RESULTS
+    text = text[text.index("## LoRA vs dense AdamW vs LoGRA where RL learns"):]
     rows = {"policy before RL": "| policy before RL |", "dense AdamW": "| dense AdamW (",
             "LoGRA gain + KL control": "| LoGRA + KL control (", "LoRA": "| LoRA r8 α16 ("}
     for method, start in rows.items():
@@ -128,8 +162,8 @@ def test_notebook_10_numbers_are_the_committed_tables() -> None:
     ratio, and every optimizer of the two tables has a row."""
     tables = {task: pd.read_csv(FIGURES / f"training_quality{suffix}.csv").set_index("optimizer")
               for task, suffix in (("text", ""), ("sft", "_sft"))}
-    text = _section("Running things")
-    text = text[text.index("### Training quality at equal memory"):]
+    text = RESULTS
+    text = text[text.index("## Training quality at equal memory"):]
     rows = _table_rows(text, "| optimizer | text loss |")
     assert set(rows) == set(QUALITY_ROWS)
     assert set(QUALITY_ROWS.values()) == set(tables["text"].index) | set(tables["sft"].index)
@@ -155,7 +189,7 @@ def test_notebook_09_budget_numbers_are_the_committed_table() -> None:
     """The README's drift-budget paragraph quotes figures/kl_control_budget.csv: final and
     highest probed KL, greedy and sampled pass@1, and the paired differences."""
     table = pd.read_csv(FIGURES / "kl_control_budget.csv").set_index("setting")
-    text = _section("Running things")
+    text = RESULTS
     text = text[text.index("**Drift budget**"):]
     text = " ".join(text[:text.index("\n\n")].split())  # the paragraph, on one line
     free, budget = table.loc["no control"], table.loc["drift budget B = 0.03"]
@@ -191,7 +225,7 @@ def test_notebook_09_seed_band_numbers_are_the_committed_tables() -> None:
     paired differences of the control against the lr cut and against no control."""
     bands = pd.read_csv(FIGURES / "kl_control_bands.csv")
     matched = pd.read_csv(FIGURES / "kl_control_bands_lr_matched.csv").set_index("measure")
-    text = _section("Running things")
+    text = RESULTS
     text = text[text.index("**Seed bands"):]
     text = " ".join(text[:text.index("\n\n")].split())
     cut, free, held = (bands.iloc[i] for i in range(3))
@@ -229,7 +263,7 @@ def test_notebook_09_seed_band_numbers_are_the_committed_tables() -> None:
 def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
     """The README's equal-bytes bullet quotes figures/training_quality*_equal_bytes.csv: every
     optimizer's mean loss at the bytes, and every paired difference with its interval."""
-    text = _section("Running things")
+    text = RESULTS
     text = text[text.index("* **At equal memory LoGRA's best ties"):]
     text = " ".join(text[:text.index("\n* ")].split())
     numbers = [float(x.replace("−", "-")) for x in re.findall(r"[−+]?\d+\.\d+", text)]
@@ -256,7 +290,7 @@ def test_notebook_10_rank_numbers_are_the_committed_tables() -> None:
     (figures/training_quality*_ranks.csv): APOLLO's and Fira's loss at ranks 4 / 16 / 64 on
     both benchmarks, GaLore's on text, the recipe's at rank 64 with its rate, and Fira's seed
     range at equal bytes."""
-    text = _section("Running things")
+    text = RESULTS
     text = text[text.index("* **What keeps LoGRA from leading"):]
     text = " ".join(text[:text.index("\n* ")].split())
     ranks = {task: pd.read_csv(FIGURES / f"training_quality{suffix}_ranks.csv")
@@ -287,7 +321,7 @@ def test_notebook_10_best_configuration_numbers_are_the_committed_tables() -> No
     """The README's bullet on LoGRA's best configuration against AdamW quotes
     figures/training_quality*.csv: the paired difference with its interval, both losses, the
     ratio, Holm's p and the state share, on text and SFT."""
-    text = _section("Running things")
+    text = RESULTS
     text = text[text.index("* **LoGRA's best configuration against AdamW**"):]
     text = " ".join(text[:text.index("\n* ")].split())
     best = "LoGRA (channel, APOLLO's recipe)"
@@ -314,7 +348,7 @@ def test_notebook_09_naive_sweep_numbers_are_the_committed_tables() -> None:
     where it runs away and when, the collapsed runs' KL, and the verdict."""
     sweep = pd.read_csv(FIGURES / "kl_control_naive_sweep.csv").set_index("lr")
     claim = pd.read_csv(FIGURES / "claims_kl_control_naive_sweep.csv").iloc[0]
-    text = _section("Running things")
+    text = RESULTS
     text = text[text.index("**The naive projection at its own learning rates**"):]
     text = " ".join(text[:text.index("\n\n")].split())
     best = sweep["sampled pass@1 (%)"].idxmax()

@@ -51,7 +51,7 @@ reference at the same accuracy, so "gain" stays the default for RL under a KL bu
 "subspace" is the better choice for pretraining. What closes the gap to APOLLO in pretraining is
 its recipe around the rule: AdamW on the embeddings and head (a `sketch=False` group),
 projections refreshed every few steps (`refresh_every`) and "channel"; with all three LoGRA's
-state trains within about 1 % of APOLLO there (README, "Training quality").
+state trains within about 1 % of APOLLO there (docs/results.md, "Training quality").
 """
 
 from __future__ import annotations
