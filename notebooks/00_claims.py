@@ -38,7 +38,7 @@ readme = paths.project_root() / "README.md" if readme is None else readme
 table = claims.ledger(claims.collect(figures_dir, committed_claims))
 report.show_table(table, "claims", figures_dir)
 if readme and (scale == paths.FIGURES_SCALE or rewrite_readme):
-    claims.update_readme(table, readme, scale)
+    claims.update_readme(table, readme, scale, figures_dir)
 
 # %%
 counts = table.groupby("verdict").size().rename("claim rows").reset_index()

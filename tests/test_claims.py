@@ -54,9 +54,14 @@ def test_notebook_writes_the_ledger(tmp_path, read_markdown) -> None:
     assert "stale" not in text
     assert text.startswith("intro\n") and text.endswith("<!-- claims:end -->\noutro\n")
     block = text.split("<!-- claims:start -->\n")[1].split("<!-- claims:end -->")[0]
-    header, first, *rest = read_markdown(block.split("\n\n", 1)[1])
-    assert header == ["claim", "reported", "reproduced", "scale", "verdict"]
-    assert first == ["C1", "134 MB", "1 MB", "exact", "reproduced"] and len(rest) == 11
+    intro, markdown = block.split("\n\n", 1)
+    assert "`claims.md`" in intro  # where the measured numbers are: beside the README here
+    header, first, *rest = read_markdown(markdown)
+    assert header == ["claim", "reported", "verdict", "scale"]  # the measured prose stays out
+    assert first == ["C1", "134 MB", "reproduced", "exact"] and len(rest) == 11
+    assert "1 MB" not in block  # the measured numbers stay in claims.md
+    rows = [line for line in markdown.strip().splitlines() if not line.startswith("| ---")]
+    assert rows == ["| " + " | ".join(cells) + " |" for cells in [header, first, *rest]]  # unpadded
     table = pd.read_csv(tmp_path / "claims.csv", keep_default_na=False)
     assert len(table) == 12 and table.loc[0, "verdict"] == "reproduced"
     assert read_markdown((tmp_path / "claims.md").read_text())[1][0] == "C1"
@@ -66,7 +71,7 @@ def test_readme_without_a_claims_block_is_an_error(tmp_path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text("no block here\n")
     with pytest.raises(ValueError, match="claims:start"):
-        claims.update_readme(claims.ledger(claims.collect(tmp_path)), readme, "smoke")
+        claims.update_readme(claims.ledger(claims.collect(tmp_path)), readme, "smoke", tmp_path)
 
 
 def test_a_partial_check_takes_the_committed_rows_it_did_not_regenerate(tmp_path) -> None:
