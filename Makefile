@@ -30,10 +30,12 @@ install: $(BIN)/.installed
 lint: install
 	$(BIN)/ruff check .
 
-# One pytest process per core, at most two (each builds its own smoke proxy and tasks once, so
-# more processes repeat that work); every test keeps torch to one thread (tests/conftest.py).
+# One pytest process per logical core, at most two (each builds its own smoke proxy and tasks
+# once, so more processes repeat that work); a test file stays in one process, so its module
+# fixtures (a notebook run, a Ray cluster, a wheel) are built once. Every test keeps torch to
+# one thread (tests/conftest.py).
 test: install lint
-	$(BIN)/python -m pytest -q -n auto --maxprocesses 2
+	$(BIN)/python -m pytest -q -n logical --maxprocesses 2 --dist loadfile
 
 reproduce: install
 	$(BIN)/logra-repro reproduce --scale $(SCALE) $(if $(PIN),--pin $(PIN))
