@@ -47,7 +47,6 @@ measured  Two CPU ranks with gloo (`torch.multiprocessing.spawn`), `measured_mod
 from __future__ import annotations
 
 import math
-import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -308,21 +307,17 @@ def rank_checks(rank: int, cfg: Config, model_config: Any, state: dict[str, Tens
                 tp=tensor_parallel_refusal())
 
 
-def _rank_main(rank: int, port: int, out: str, cfg: Config, model_config: Any,
+def _rank_main(rank: int, out: str, cfg: Config, model_config: Any,
                state: dict[str, Tensor]) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    # a file rendezvous in this run's own directory: no port is picked, then taken by another
+    # process before the ranks bind it
+    dist.init_process_group("gloo", init_method=f"file://{Path(out) / 'rendezvous'}", rank=rank,
                             world_size=WORLD)
     try:
         torch.save(rank_checks(rank, cfg, model_config, state), Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def on_two_ranks(cfg: Config, model: nn.Module) -> list[dict[str, Any]]:
@@ -336,7 +331,7 @@ def on_two_ranks(cfg: Config, model: nn.Module) -> list[dict[str, Any]]:
 
     args = (cfg, model.config, {k: v.clone() for k, v in model.state_dict().items()})
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_rank_main, args=(_free_port(), out, *args), nprocs=WORLD, join=True,
+        mp.start_processes(_rank_main, args=(out, *args), nprocs=WORLD, join=True,
                            start_method="fork")
         return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
