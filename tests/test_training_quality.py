@@ -225,6 +225,9 @@ def test_notebook_writes_the_comparison(executed, task, assert_figure) -> None:
     ranking = pd.read_csv(out / f"{tq.output_name(cfg, 'ranking')}.csv")
     assert sorted(ranking["optimizer"]) == sorted(summary["optimizer"])
     assert ranking.filter(like="place at").min().min() == 1
+    swaps = ranking[tqr.SWAPS_BEYOND_SD]  # each changed pair counted at both its optimizers
+    assert swaps.sum() % 2 == 0 and (swaps.sum() > 0) == tqr.ranking_verdict(
+        ranking).startswith("ranking not yet stable")
 
 
 def test_the_benchmarks_cache_apart(tmp_path) -> None:
@@ -510,6 +513,9 @@ def test_ranking_verdict_tells_a_real_swap_from_a_tie() -> None:
     assert tie.startswith("ranking stable up to ties") and "within it: A ↔ B" in tie
     real = tqr.ranking_verdict(table([0.95, 0.85, 1.4], [0.02] * 3))
     assert real.startswith("ranking not yet stable") and "beyond the seed sd: A ↔ B" in real
+    # the per-optimizer count the ranking table carries: A and B each swap once beyond the sd
+    assert tqr._swaps([1.0, 1.1, 1.5], [0.95, 0.85, 1.4], [0.02] * 3) == ([(0, 1)], [])
+    assert tqr._swaps([1.0, 1.1, 1.5], [0.95, 0.94, 1.4], [0.02] * 3) == ([], [(0, 1)])
 
 
 def _chosen_study(tmp_path, scale: float = 1.0, **overrides):

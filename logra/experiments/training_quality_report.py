@@ -284,7 +284,24 @@ def ranking_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
                                       f"seed sd at step {last}"]).T
     table[f"place at step {before}"] = table.iloc[:, 0].rank(method="min").astype(int)
     table[f"place at step {last}"] = table.iloc[:, 1].rank(method="min").astype(int)
+    changed, _ = _swaps(table.iloc[:, 0].tolist(), table.iloc[:, 1].tolist(),
+                        table.iloc[:, 2].fillna(0.0).tolist())
+    table[SWAPS_BEYOND_SD] = [sum(i in pair for pair in changed) for i in range(len(table))]
     return table.rename_axis("optimizer").reset_index()
+
+
+SWAPS_BEYOND_SD = "swaps beyond the seed sd"  # per optimizer: what a regeneration must keep
+
+
+def _swaps(before: list[float], last: list[float], sd: list[float]
+           ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The pairs (i, j) whose order differs between the two evaluations, split into changes
+    (at the last their mean losses differ by more than the larger of their seed sds) and ties
+    changing order (within it)."""
+    swaps = [(i, j) for i in range(len(before)) for j in range(i + 1, len(before))
+             if (before[i] - before[j]) * (last[i] - last[j]) < 0]
+    beyond = [(i, j) for i, j in swaps if abs(last[i] - last[j]) > max(sd[i], sd[j])]
+    return beyond, [pair for pair in swaps if pair not in beyond]
 
 
 def ranking_verdict(table: pd.DataFrame) -> str:
@@ -298,15 +315,11 @@ def ranking_verdict(table: pd.DataFrame) -> str:
 
     names = table["optimizer"].tolist()
     a, b = table.iloc[:, 1].tolist(), table.iloc[:, 2].tolist()
-    sd = table.iloc[:, 3].fillna(0.0).tolist()
     steps = " → ".join(c.removeprefix("loss at ") for c in table.columns[1:3])
-    swaps = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))
-             if (a[i] - a[j]) * (b[i] - b[j]) < 0]
-    changed = [f"{names[i]} ↔ {names[j]}" for i, j in swaps
-               if abs(b[i] - b[j]) > max(sd[i], sd[j])]
-    ties = [f"{names[i]} ↔ {names[j]}" for i, j in swaps
-            if abs(b[i] - b[j]) <= max(sd[i], sd[j])]
-    if not swaps:
+    beyond, within = _swaps(a, b, table.iloc[:, 3].fillna(0.0).tolist())
+    changed = [f"{names[i]} ↔ {names[j]}" for i, j in beyond]
+    ties = [f"{names[i]} ↔ {names[j]}" for i, j in within]
+    if not changed and not ties:
         return f"ranking stable ({steps}): no two optimizers swap places"
     tau = kendalltau(a, b).statistic
     verdict = "ranking not yet stable" if changed else "ranking stable up to ties"
