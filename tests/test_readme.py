@@ -102,7 +102,7 @@ def test_notebook_11_numbers_are_the_committed_tables(regime) -> None:
 
 
 def test_notebook_04_numbers_are_the_committed_tables() -> None:
-    """Every row of the README's comparison table quotes figures/comparison.csv: greedy and
+    """Every row of docs/results.md's comparison table quotes figures/comparison.csv: greedy and
     sampled pass@1, the differences to dense AdamW, and the state."""
     table = pd.read_csv(FIGURES / "comparison.csv", dtype=str).set_index("method")
     text = RESULTS
@@ -121,7 +121,7 @@ def test_notebook_04_numbers_are_the_committed_tables() -> None:
             assert f"{float(t['optimizer state, MB']):.2f} MB" in line, line
 
 
-# the README's name of each row of notebook 10's table -> the tables' optimizer label
+# docs/results.md's name of each row of notebook 10's table -> the tables' optimizer label
 QUALITY_ROWS = {
     "AdamW": "AdamW", "8-bit AdamW": "8-bit AdamW", "Adafactor": "Adafactor",
     "Adam-mini": "Adam-mini", "GaLore (r 16)": "GaLore", "APOLLO (r 16)": "APOLLO",
@@ -155,7 +155,7 @@ def _table_rows(text: str, header: str) -> dict[str, list[str]]:
 
 
 def test_notebook_10_numbers_are_the_committed_tables() -> None:
-    """Every row of the README's training-quality table quotes figures/training_quality.csv
+    """Every row of docs/results.md's training-quality table quotes figures/training_quality.csv
     (text) and training_quality_sft.csv: the test loss, the verdict against AdamW and the state
     ratio, and every optimizer of the two tables has a row."""
     tables = {task: pd.read_csv(FIGURES / f"training_quality{suffix}.csv").set_index("optimizer")
@@ -184,7 +184,7 @@ def _signed(value: float) -> str:
 
 
 def test_notebook_09_budget_numbers_are_the_committed_table() -> None:
-    """The README's drift-budget paragraph quotes figures/kl_control_budget.csv: final and
+    """docs/results.md's drift-budget paragraph quotes figures/kl_control_budget.csv: final and
     highest probed KL, greedy and sampled pass@1, and the paired differences."""
     table = pd.read_csv(FIGURES / "kl_control_budget.csv").set_index("setting")
     text = RESULTS
@@ -218,7 +218,7 @@ def test_notebook_09_budget_numbers_are_the_committed_table() -> None:
 
 
 def test_notebook_09_seed_band_numbers_are_the_committed_tables() -> None:
-    """The README's seed-bands paragraph quotes figures/kl_control_bands.csv and
+    """docs/results.md's seed-bands paragraph quotes figures/kl_control_bands.csv and
     kl_control_bands_lr_matched.csv: each point's KL and pass@1 with its seeds' range, the
     paired differences of the control against the lr cut and against no control."""
     bands = pd.read_csv(FIGURES / "kl_control_bands.csv")
@@ -259,7 +259,7 @@ def test_notebook_09_seed_band_numbers_are_the_committed_tables() -> None:
 
 
 def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
-    """The README's equal-bytes bullet quotes figures/training_quality*_equal_bytes.csv: every
+    """docs/results.md's equal-bytes bullet quotes figures/training_quality*_equal_bytes.csv: every
     optimizer's mean loss at the bytes, and every paired difference with its interval."""
     text = RESULTS
     text = text[text.index("* **At equal memory LoGRA's best ties"):]
@@ -284,7 +284,7 @@ def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
 
 
 def test_notebook_10_rank_numbers_are_the_committed_tables() -> None:
-    """The README's bullet on what keeps LoGRA from leading quotes the rank tables
+    """docs/results.md's bullet on what keeps LoGRA from leading quotes the rank tables
     (figures/training_quality*_ranks.csv): APOLLO's and Fira's loss at ranks 4 / 16 / 64 on
     both benchmarks, GaLore's on text, the recipe's at rank 64 with its rate, and Fira's seed
     range at equal bytes."""
@@ -316,7 +316,7 @@ def test_notebook_10_rank_numbers_are_the_committed_tables() -> None:
 
 
 def test_notebook_10_best_configuration_numbers_are_the_committed_tables() -> None:
-    """The README's bullet on LoGRA's best configuration against AdamW quotes
+    """docs/results.md's bullet on LoGRA's best configuration against AdamW quotes
     figures/training_quality*.csv: the paired difference with its interval, both losses, the
     ratio, Holm's p and the state share, on text and SFT."""
     text = RESULTS
@@ -341,7 +341,7 @@ def _lr(value: float) -> str:
 
 
 def test_notebook_09_naive_sweep_numbers_are_the_committed_tables() -> None:
-    """The README's paragraph on the naive projection's own lrs quotes
+    """docs/results.md's paragraph on the naive projection's own lrs quotes
     figures/kl_control_naive_sweep.csv and its claim row: the best lr and its gains, the lr
     where it runs away and when, the collapsed runs' KL, and the verdict."""
     sweep = pd.read_csv(FIGURES / "kl_control_naive_sweep.csv").set_index("lr")
