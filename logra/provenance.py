@@ -7,13 +7,16 @@ reads the old code's numbers back and presents them as the new code's (notebook 
 committed LoGRA rows that an older optimizer step had produced). So each cache key also holds
 
     fingerprint = sha256( AST of each module, docstrings dropped, in path order
-                          ‖ versions of the libraries that compute: torch, transformers, … )
+                          ‖ versions of the libraries that compute: torch, transformers, …
+                          ‖ the floating-point path: ATen's instruction set, MKL_CBWR )
 
 The abstract syntax tree holds no comments, formatting or docstrings, so editing those keeps the
 caches; any change to code the runs execute, or an upgrade of one of those libraries, gives
-another fingerprint and the result is computed again. `TRAINING_CODE` is the code every
-training run goes through (the optimizers, models, data, RL loop); an experiment adds its own
-modules.
+another fingerprint and the result is computed again; so does running under another
+floating-point path (with or without `--pin`: `determinism.floating_point_path`), whose
+numbers differ at round-off and, where training amplifies it, beyond. `TRAINING_CODE` is the
+code every training run goes through (the optimizers, models, data, RL loop); an experiment
+adds its own modules.
 
 The fingerprint is of the code as the process loaded it (the package's sources are read when
 `logra.provenance` is imported). If a file changes on disk while the process runs (an edit in
@@ -60,11 +63,13 @@ _FINGERPRINTS: dict[tuple[str, ...], tuple[tuple, str]] = {}  # parts -> (file s
 def fingerprint(*parts: str) -> str:
     """16 hex digits naming the code in `TRAINING_CODE` and `parts` (paths relative to the
     package, a module file or a package directory) as this process loaded it, and the computing
-    libraries' versions. Raises CodeChanged if a file of that code has changed since (beyond
-    its docstrings, comments and layout)."""
+    libraries' versions and the floating-point path. Raises CodeChanged if a file of that code
+    has changed since (beyond its docstrings, comments and layout)."""
+    from logra.models.determinism import floating_point_path
+
     key = tuple(sorted({*TRAINING_CODE, *parts}))
     files = _modules(key)
-    stats = tuple((path, *_stat(path)) for path in files)
+    stats = (floating_point_path(), *((path, *_stat(path)) for path in files))
     memo = _FINGERPRINTS.get(key)
     if memo is not None and memo[0] == stats:
         return memo[1]
@@ -74,6 +79,7 @@ def fingerprint(*parts: str) -> str:
         digest.update(_loaded_tree(path).encode())
     for name in COMPUTING_LIBRARIES:
         digest.update(f"{name}=={_version(name)}".encode())
+    digest.update(stats[0].encode())
     _FINGERPRINTS[key] = (stats, digest.hexdigest()[:16])
     return _FINGERPRINTS[key][1]
 

@@ -97,3 +97,23 @@ def test_cached_runs_are_keyed_by_the_code(tmp_path, monkeypatch) -> None:
     assert tq.run_path(quality, run) != before
     assert tq.settings(quality, run)["code"] == "another"
     assert cfg.config_hash(grpo_run) != hash_before
+
+
+def test_the_fingerprint_follows_the_floating_point_path(package, monkeypatch) -> None:
+    """A pinned and an unpinned run compute other numbers from one config and code, so they are
+    cached under other keys: MKL's path and ATen's instruction set are part of the fingerprint,
+    in the same process too (no memo outlives a change of them)."""
+    import torch
+
+    from logra.models.determinism import floating_point_path
+
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    unpinned = provenance.fingerprint()
+    with monkeypatch.context() as pin:
+        pin.setenv("MKL_CBWR", "AVX2,STRICT")
+        pinned = provenance.fingerprint()
+        assert pinned != unpinned and floating_point_path().endswith("mkl_cbwr=AVX2,STRICT")
+        other = "DEFAULT" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "AVX2"
+        pin.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
+        assert provenance.fingerprint() != pinned  # another instruction set, same MKL path
+    assert provenance.fingerprint() == unpinned  # a path is a key, not a history

@@ -130,8 +130,10 @@ def test_a_run_directory_refuses_a_different_config(smoke_dirs, tmp_path, monkey
         runner.run_grpo(config.replace(lr=0.5), progress=False)
     # a named run resumed by other code (an automatic name would change with the code)
     monkeypatch.setattr(runner, "fingerprint", lambda: "0123456789abcdef")
-    with pytest.raises(ConfigError, match=r"made by other code .fingerprint [0-9a-f]{16}, now "
-                                          r"0123456789abcdef"):
+    with pytest.raises(ConfigError, match=r"made by other code or on another floating-point "
+                                          r"path .fingerprint [0-9a-f]{16}, now 0123456789abcdef"
+                                          r".*the run was made on .+, ATen \w+, MKL_CBWR "
+                                          r".*this process: aten="):
         runner.run_grpo(config.replace(steps=2), progress=False)
 
 

@@ -28,7 +28,10 @@ set changes the weights (AVX-512, AVX2 and default: three hashes), MKL's `COMPAT
 changes them, `MKL_CBWR=AVX2` does not (MKL already takes that path on this CPU; on an Intel
 AVX-512 CPU it would not), `ONEDNN_MAX_CPU_ISA` and `MKL_ENABLE_INSTRUCTIONS` do not, nor do
 1 and 2 threads. Under either pin the emulated AVX2-only machine and 2 threads give the pin's
-hash. What this machine cannot show: a CPU of another vendor or generation under the pin.
+hash. Across machines the pin is not enough: on an AMD EPYC under it, notebook 03's GRPO tables
+and notebook 10's text tables moved within their tolerances from the committed ones, made on a
+machine that was not recorded, while notebook 10's SFT base pretrained elsewhere
+(docs/reproducibility.md).
 """
 
 from __future__ import annotations
@@ -52,6 +55,19 @@ def pinned_environment(pin: str = "avx2", threads: int = PIN_THREADS) -> dict[st
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
     return {**PINS[pin], "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def floating_point_path() -> str:
+    """The floating-point code path this process computes on, as a cached result's key holds it
+    (`logra.provenance.fingerprint`): the instruction set ATen dispatches to
+    (`torch.backends.cpu.get_cpu_capability()`, which `ATEN_CPU_CAPABILITY` chose when torch
+    loaded) and MKL's path (`MKL_CBWR`; unset: MKL picks by CPU). Thread counts are left out:
+    cached runs compute on one thread each. A pinned and an unpinned run of the same config give
+    other numbers (docs/reproducibility.md), so neither may be read back as the other."""
+    import torch
+
+    return (f"aten={torch.backends.cpu.get_cpu_capability()},"
+            f"mkl_cbwr={os.environ.get('MKL_CBWR')}")
 
 
 def machine() -> dict[str, str | None]:

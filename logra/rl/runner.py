@@ -84,7 +84,7 @@ from logra.config import ConfigError
 from logra.data import load_task, to_prompts
 from logra.data.grading import reward
 from logra.models import SCALES, load_policy, prepare
-from logra.models.determinism import machine
+from logra.models.determinism import floating_point_path, machine
 from logra.optim import KLControlled
 from logra.optim.kl import categorical_kl
 from logra.optimizers import build_optimizer, measured_state_bytes, spec, wrap_model
@@ -581,9 +581,13 @@ def _read_manifest(path: Path, config: cfg.GRPOConfig) -> dict[str, Any]:
             raise ConfigError(f"{path.parent} holds a run with different {differ}; "
                               "set another run_name= or remove the directory")
         if manifest.get("code") != fingerprint():
+            made_on = manifest.get("machine") or {}
             raise ConfigError(
-                f"{path.parent} holds a run made by other code (fingerprint "
-                f"{manifest.get('code')}, now {fingerprint()}: `logra.provenance`); "
+                f"{path.parent} holds a run made by other code or on another floating-point "
+                f"path (fingerprint {manifest.get('code')}, now {fingerprint()}: "
+                f"`logra.provenance`; the run was made on {made_on.get('cpu')}, ATen "
+                f"{made_on.get('cpu_capability')}, MKL_CBWR {made_on.get('MKL_CBWR')}; this "
+                f"process: {floating_point_path()}); "
                 "set another run_name= or remove the directory")
         return manifest
     return dict(
