@@ -8,7 +8,7 @@ committed LoGRA rows that an older optimizer step had produced). So each cache k
 
     fingerprint = sha256( AST of each module, docstrings dropped, in path order
                           ‖ versions of the libraries that compute: torch, transformers, …
-                          ‖ the floating-point path: ATen's instruction set, MKL_CBWR )
+                          ‖ the floating-point path: ATen's instruction set, MKL_CBWR, vendor )
 
 The abstract syntax tree holds no comments, formatting or docstrings, so editing those keeps the
 caches; any change to code the runs execute, or an upgrade of one of those libraries, gives

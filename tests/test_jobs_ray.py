@@ -163,9 +163,32 @@ def test_a_raising_job_is_named_and_not_retried(cluster, tmp_path) -> None:
 
 
 def test_tasks_run_under_the_drivers_cpu_pin(cluster, monkeypatch) -> None:
-    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")  # as `reproduce --pin avx2` sets it
+    from logra.models import determinism
+
+    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")  # as `reproduce --pin avx2` sets it, before
+    monkeypatch.setattr(determinism, "_MKL_CBWR_AT_START", "AVX2,STRICT")  # the driver starts
     assert run_jobs([(environment, ("MKL_CBWR",)), (environment, ("OMP_NUM_THREADS",))],
                     workers=2, desc="t", progress=False, backend="ray") == ["AVX2,STRICT", "1"]
+
+
+def test_a_task_on_another_floating_point_path_is_refused_and_a_gpu_task_takes_the_drivers(
+        monkeypatch) -> None:
+    """The driver keys the results by its floating-point path: a CPU task that would compute
+    on another is refused, naming both; a GPU task computes on its GPU and is given the
+    driver's path, so that both build the same keys."""
+    from logra.experiments import ray_backend
+    from logra.models import determinism
+
+    here = determinism.floating_point_path()
+    ray_backend.check_path(here)
+    with pytest.raises(RuntimeError, match=r"computes on floating-point path aten=.*, the driver "
+                                           r"on aten=AVX2,mkl_cbwr=AVX2,STRICT,vendor=Other"):
+        ray_backend.check_path("aten=AVX2,mkl_cbwr=AVX2,STRICT,vendor=Other")
+    assert determinism.PATH_OVERRIDE not in ray_backend.task_environment()["env_vars"]
+    gpu = ray_backend.task_environment(gpu=True)["env_vars"]
+    assert gpu[determinism.PATH_OVERRIDE] == here
+    monkeypatch.setattr(determinism, "_PATH_AT_START", "aten=AVX2,mkl_cbwr=None,vendor=Driver")
+    assert determinism.floating_point_path() == "aten=AVX2,mkl_cbwr=None,vendor=Driver"
 
 
 def test_the_core_does_not_import_ray() -> None:

@@ -101,19 +101,25 @@ def test_cached_runs_are_keyed_by_the_code(tmp_path, monkeypatch) -> None:
 
 def test_the_fingerprint_follows_the_floating_point_path(package, monkeypatch) -> None:
     """A pinned and an unpinned run compute other numbers from one config and code, so they are
-    cached under other keys: MKL's path and ATen's instruction set are part of the fingerprint,
-    in the same process too (no memo outlives a change of them)."""
+    cached under other keys: MKL's path, ATen's instruction set and the CPU's vendor are part of
+    the fingerprint (no memo outlives a change of them). MKL's path is the one the process
+    started with: setting MKL_CBWR later changes neither MKL's path nor the key."""
     import torch
 
-    from logra.models.determinism import floating_point_path
+    from logra.models import determinism
 
-    monkeypatch.delenv("MKL_CBWR", raising=False)
+    monkeypatch.setattr(determinism, "_MKL_CBWR_AT_START", None)
     unpinned = provenance.fingerprint()
+    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")
+    assert provenance.fingerprint() == unpinned  # too late: MKL read it when it started
     with monkeypatch.context() as pin:
-        pin.setenv("MKL_CBWR", "AVX2,STRICT")
+        pin.setattr(determinism, "_MKL_CBWR_AT_START", "AVX2,STRICT")
         pinned = provenance.fingerprint()
-        assert pinned != unpinned and floating_point_path().endswith("mkl_cbwr=AVX2,STRICT")
+        assert pinned != unpinned and "mkl_cbwr=AVX2,STRICT," in determinism.floating_point_path()
         other = "DEFAULT" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "AVX2"
         pin.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
         assert provenance.fingerprint() != pinned  # another instruction set, same MKL path
+    with monkeypatch.context() as vendor:
+        vendor.setattr(determinism, "_VENDOR", "AnotherVendor")
+        assert provenance.fingerprint() != unpinned
     assert provenance.fingerprint() == unpinned  # a path is a key, not a history

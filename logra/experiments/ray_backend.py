@@ -23,7 +23,7 @@ except ModuleNotFoundError as err:
     raise ImportError("the ray backend needs Ray: pip install 'logra[cluster]'") from err
 from tqdm.auto import tqdm
 
-from logra.models.determinism import pinned_environment
+from logra.models.determinism import PATH_OVERRIDE, floating_point_path, pinned_environment
 
 MAX_RETRIES = 3  # attempts after a system failure (a dead worker), not after an exception
 PIN_VARIABLES = sorted(set(pinned_environment()) - {"OMP_NUM_THREADS"})
@@ -40,15 +40,32 @@ def connect() -> None:
         ray.init(address="local")
 
 
-def task_environment() -> dict[str, dict[str, str]]:
-    """The tasks' runtime_env: one OpenMP thread, and the CPU pin variables set here."""
+def task_environment(gpu: bool = False) -> dict[str, dict[str, str]]:
+    """The tasks' runtime_env: one OpenMP thread, and the CPU pin variables set here; a GPU task
+    also takes the driver's floating-point path as its own (`determinism.PATH_OVERRIDE`): its
+    numbers come from the GPU, and the driver looks its results up under that path's keys."""
     pinned = {name: os.environ[name] for name in PIN_VARIABLES if name in os.environ}
-    return {"env_vars": {**pinned, "OMP_NUM_THREADS": "1"}}
+    driver = {PATH_OVERRIDE: floating_point_path()} if gpu else {}
+    return {"env_vars": {**pinned, **driver, "OMP_NUM_THREADS": "1"}}
+
+
+def check_path(driver_path: str) -> None:
+    """Refuse to compute on another floating-point path than the driver's: the driver names the
+    cached results by its own path (`logra.provenance.fingerprint`), so a worker on another (a
+    node without the driver's instruction set, or a raylet started with another MKL_CBWR, which
+    the task's environment cannot unset) would file its numbers under the wrong key."""
+    here = floating_point_path()
+    if here != driver_path:
+        raise RuntimeError(f"this Ray worker computes on floating-point path {here}, the driver "
+                           f"on {driver_path}: start the cluster's nodes under the driver's pin "
+                           "(logra.models.determinism.pinned_environment), or run on nodes of "
+                           "the driver's kind")
 
 
 @ray.remote
-def _call(fn: Callable[..., Any], args: tuple) -> Any:
-    """`fn(*args)`, on a Ray worker."""
+def _call(fn: Callable[..., Any], args: tuple, driver_path: str) -> Any:
+    """`fn(*args)`, on a Ray worker on the driver's floating-point path (`check_path`)."""
+    check_path(driver_path)
     return fn(*args)
 
 
@@ -77,8 +94,8 @@ def job_label(index: int, fn: Callable[..., Any], args: tuple) -> str:
 def _submit(fn: Callable[..., Any], args: tuple, gpu: bool) -> ray.ObjectRef:
     """Start `fn(*args)` as a task on one CPU thread, with one GPU when `gpu`."""
     task = _call.options(num_cpus=1, num_gpus=int(gpu), max_retries=MAX_RETRIES,
-                         retry_exceptions=False, runtime_env=task_environment())
-    return task.remote(fn, args)
+                         retry_exceptions=False, runtime_env=task_environment(gpu))
+    return task.remote(fn, args, floating_point_path())
 
 
 def _original(err: ray.exceptions.RayError) -> BaseException:

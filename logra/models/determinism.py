@@ -57,17 +57,45 @@ def pinned_environment(pin: str = "avx2", threads: int = PIN_THREADS) -> dict[st
     return {**PINS[pin], "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
+def _cpu_vendor() -> str | None:
+    """The first processor's `vendor_id` in /proc/cpuinfo (Linux), else None."""
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip()
+    return None
+
+
+# As this process started: MKL reads MKL_CBWR once, when it initializes, so a later change of
+# the variable does not change the path (and must not change the key); likewise the vendor.
+_MKL_CBWR_AT_START = os.environ.get("MKL_CBWR")
+_VENDOR = _cpu_vendor()
+# A GPU task on a Ray cluster computes on its GPU; its driver names the results by the driver's
+# path, which the task is given here so that both build the same keys (logra.experiments.
+# ray_backend). Unset everywhere else.
+PATH_OVERRIDE = "LOGRA_FLOATING_POINT_PATH"
+_PATH_AT_START = os.environ.get(PATH_OVERRIDE)
+
+
 def floating_point_path() -> str:
     """The floating-point code path this process computes on, as a cached result's key holds it
     (`logra.provenance.fingerprint`): the instruction set ATen dispatches to
     (`torch.backends.cpu.get_cpu_capability()`, which `ATEN_CPU_CAPABILITY` chose when torch
-    loaded) and MKL's path (`MKL_CBWR`; unset: MKL picks by CPU). Thread counts are left out:
-    cached runs compute on one thread each. A pinned and an unpinned run of the same config give
-    other numbers (docs/reproducibility.md), so neither may be read back as the other."""
+    loaded), MKL's path (`MKL_CBWR` as the process started; unset: MKL picks by CPU) and the
+    CPU's vendor (MKL promises one result under `MKL_CBWR` across Intel CPUs only, and an AMD
+    EPYC under the pin pretrained another SFT base: docs/reproducibility.md). Not in it: the
+    CPU model, and thread counts (the kit's training workers run one thread each; what a
+    notebook computes in its own process, such as notebook 10's SFT base, runs on the pin's
+    threads, or the process's own without it). A pinned and an unpinned run of the same config
+    give other numbers, so neither may be read back as the other. A Ray GPU task reports its
+    driver's path (`PATH_OVERRIDE`)."""
     import torch
 
-    return (f"aten={torch.backends.cpu.get_cpu_capability()},"
-            f"mkl_cbwr={os.environ.get('MKL_CBWR')}")
+    if _PATH_AT_START:
+        return _PATH_AT_START
+    return (f"aten={torch.backends.cpu.get_cpu_capability()},mkl_cbwr={_MKL_CBWR_AT_START},"
+            f"vendor={_VENDOR}")
 
 
 def machine() -> dict[str, str | None]:

@@ -581,7 +581,9 @@ def _read_manifest(path: Path, config: cfg.GRPOConfig) -> dict[str, Any]:
             raise ConfigError(f"{path.parent} holds a run with different {differ}; "
                               "set another run_name= or remove the directory")
         if manifest.get("code") != fingerprint():
-            made_on = manifest.get("machine") or {}
+            made_on = {k: v if v is not None else "unrecorded"
+                       for k, v in (manifest.get("machine") or {}).items()}
+            made_on = {"cpu": "unrecorded", "cpu_capability": "unrecorded", **made_on}
             raise ConfigError(
                 f"{path.parent} holds a run made by other code or on another floating-point "
                 f"path (fingerprint {manifest.get('code')}, now {fingerprint()}: "
