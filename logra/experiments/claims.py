@@ -80,7 +80,11 @@ def update_readme(table: pd.DataFrame, readme: str | Path, scale: str,
     each verdict (the `reproduced` column, a paragraph per row) stay in figures_dir/claims.md,
     which the block names relative to the README."""
     path = Path(readme)
-    ledger_file = os.path.relpath(Path(figures_dir) / "claims.md", path.resolve().parent)
+    ledger = (Path(figures_dir) / "claims.md").resolve()
+    try:  # as the README links it: relative, with "/" on every OS
+        ledger_file = Path(os.path.relpath(ledger, path.resolve().parent)).as_posix()
+    except ValueError:  # another drive (Windows): no relative path
+        ledger_file = ledger.as_posix()
     text = path.read_text()
     if not README_BLOCK.search(text):
         raise ValueError(f"{path} has no <!-- claims:start --> ... <!-- claims:end --> block")
