@@ -216,7 +216,8 @@ def reproduce(scale: str, only: list[str] | None = None,
     `figures_dir` None: `logra.paths.figures_dir(scale)`; `executed_dir` None:
     `<results>/notebooks` at the default scale, `<results>/<scale>/notebooks` otherwise;
     `results_dir` None: each experiment's own (`results/` of the project). `rewrite_readme`
-    None rewrites the project README's claims block at the default scale only.
+    None rewrites the project README's claims block at the default scale only, when the figures
+    go to the committed `figures/`.
     `committed_claims`: a directory of claim files the ledger (00_claims) reads where this run
     wrote none of that name (a partial `--check`: HEAD's, `partly_regenerated`).
     Stops at the first failure, keeping every figure and executed notebook already written.
@@ -239,8 +240,10 @@ def reproduce(scale: str, only: list[str] | None = None,
             results / scale / "notebooks")
     readme = project_root() / "README.md"
     if rewrite_readme is None:
-        # only a checkout's README has the claims block; an installed wheel's cwd may hold any
-        rewrite_readme = scale == FIGURES_SCALE and paths.checkout_root() is not None
+        # only a checkout's README has the claims block (an installed wheel's cwd may hold any),
+        # and it shows the committed figures' ledger, not one written elsewhere (--figures-dir)
+        rewrite_readme = (scale == FIGURES_SCALE and paths.checkout_root() is not None
+                          and figures.resolve() == paths.figures_dir(FIGURES_SCALE).resolve())
     given = {"scale": scale, "figures_dir": str(figures),
              "readme": str(readme) if rewrite_readme else "", "rewrite_readme": rewrite_readme}
     if results_dir is not None:

@@ -141,6 +141,12 @@ def test_only_the_default_scale_owns_figures_and_the_readme(executed, tmp_path) 
     assert params["readme"] == str(REPO / "README.md")
     assert executed_dir == tmp_path / "notebooks"
 
+    executed.clear()  # the default scale's figures written elsewhere: the README is not theirs
+    notebooks.reproduce("default", only=["00_claims"], results_dir=tmp_path,
+                        figures_dir=tmp_path / "elsewhere", log=lambda _: None)
+    [(_, params, _)] = executed
+    assert params["readme"] == "" and params["rewrite_readme"] is False
+
 
 def test_a_param_reaches_the_notebooks_that_declare_it_and_records_no_times(executed,
                                                                             tmp_path) -> None:

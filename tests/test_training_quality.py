@@ -518,6 +518,9 @@ def test_ranking_verdict_tells_a_real_swap_from_a_tie() -> None:
     # the per-optimizer count the ranking table carries: A and B each swap once beyond the sd
     assert tqr._swaps([1.0, 1.1, 1.5], [0.95, 0.85, 1.4], [0.02] * 3) == ([(0, 1)], [])
     assert tqr._swaps([1.0, 1.1, 1.5], [0.95, 0.94, 1.4], [0.02] * 3) == ([], [(0, 1)])
+    nan, inf = math.nan, math.inf  # a diverged loss ranks last, two diverged ones tie
+    assert tqr._swaps([1.0, nan, 1.5], [1.0, 1.1, nan], [0.02] * 3) == ([(1, 2)], [])
+    assert tqr._swaps([1.0, inf, nan], [1.0, nan, inf], [0.02] * 3) == ([], [])
 
 
 def _chosen_study(tmp_path, scale: float = 1.0, **overrides):

@@ -282,6 +282,7 @@ def ranking_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
                                     sd.get(last, math.nan)]
     table = pd.DataFrame(rows, index=[f"loss at step {before}", f"loss at step {last}",
                                       f"seed sd at step {last}"]).T
+    table.iloc[:, :2] = table.iloc[:, :2].fillna(math.inf)  # a diverged mean ranks last
     table[f"place at step {before}"] = table.iloc[:, 0].rank(method="min").astype(int)
     table[f"place at step {last}"] = table.iloc[:, 1].rank(method="min").astype(int)
     changed, _ = _swaps(table.iloc[:, 0].tolist(), table.iloc[:, 1].tolist(),
@@ -297,7 +298,10 @@ def _swaps(before: list[float], last: list[float], sd: list[float]
            ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """The pairs (i, j) whose order differs between the two evaluations, split into changes
     (at the last their mean losses differ by more than the larger of their seed sds) and ties
-    changing order (within it)."""
+    changing order (within it). A loss that is not finite (a diverged run) ranks last; two of
+    them are a tie."""
+    before = [x if math.isfinite(x) else math.inf for x in before]
+    last = [x if math.isfinite(x) else math.inf for x in last]
     swaps = [(i, j) for i in range(len(before)) for j in range(i + 1, len(before))
              if (before[i] - before[j]) * (last[i] - last[j]) < 0]
     beyond = [(i, j) for i, j in swaps if abs(last[i] - last[j]) > max(sd[i], sd[j])]
