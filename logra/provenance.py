@@ -69,7 +69,8 @@ def fingerprint(*parts: str) -> str:
 
     key = tuple(sorted({*TRAINING_CODE, *parts}))
     files = _modules(key)
-    stats = (floating_point_path(), *((path, *_stat(path)) for path in files))
+    arithmetic = floating_point_path()
+    stats = (arithmetic, *((path, *_stat(path)) for path in files))
     memo = _FINGERPRINTS.get(key)
     if memo is not None and memo[0] == stats:
         return memo[1]
@@ -79,7 +80,7 @@ def fingerprint(*parts: str) -> str:
         digest.update(_loaded_tree(path).encode())
     for name in COMPUTING_LIBRARIES:
         digest.update(f"{name}=={_version(name)}".encode())
-    digest.update(stats[0].encode())
+    digest.update(arithmetic.encode())
     _FINGERPRINTS[key] = (stats, digest.hexdigest()[:16])
     return _FINGERPRINTS[key][1]
 

@@ -57,20 +57,22 @@ def pinned_environment(pin: str = "avx2", threads: int = PIN_THREADS) -> dict[st
     return {**PINS[pin], "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def _cpu_vendor() -> str | None:
-    """The first processor's `vendor_id` in /proc/cpuinfo (Linux), else None."""
+def _first_cpu() -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo as key -> value (Linux), else empty."""
     cpuinfo = Path("/proc/cpuinfo")
+    first: dict[str, str] = {}
     for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
+        if not line.strip():
+            break  # the first processor's block
         key, _, value = line.partition(":")
-        if key.strip() == "vendor_id":
-            return value.strip()
-    return None
+        first[key.strip()] = value.strip()
+    return first
 
 
 # As this process started: MKL reads MKL_CBWR once, when it initializes, so a later change of
 # the variable does not change the path (and must not change the key); likewise the vendor.
 _MKL_CBWR_AT_START = os.environ.get("MKL_CBWR")
-_VENDOR = _cpu_vendor()
+_VENDOR = _first_cpu().get("vendor_id")
 # A GPU task on a Ray cluster computes on its GPU; its driver names the results by the driver's
 # path, which the task is given here so that both build the same keys (logra.experiments.
 # ray_backend). Unset everywhere else.
@@ -108,13 +110,7 @@ def machine() -> dict[str, str | None]:
     by machine (docs/reproducibility.md)."""
     import torch
 
-    cpuinfo = Path("/proc/cpuinfo")
-    first: dict[str, str] = {}
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
-        if not line.strip():
-            break  # the first processor's block
-        key, _, value = line.partition(":")
-        first[key.strip()] = value.strip()
+    first = _first_cpu()
     cpu = " ".join(first[k] for k in ("vendor_id", "model name") if k in first)
     if {"cpu family", "model", "stepping"} <= set(first):
         cpu += f" (family {first['cpu family']}, model {first['model']}, " \

@@ -581,16 +581,15 @@ def _read_manifest(path: Path, config: cfg.GRPOConfig) -> dict[str, Any]:
             raise ConfigError(f"{path.parent} holds a run with different {differ}; "
                               "set another run_name= or remove the directory")
         if manifest.get("code") != fingerprint():
-            made_on = {k: v if v is not None else "unrecorded"
-                       for k, v in (manifest.get("machine") or {}).items()}
-            made_on = {"cpu": "unrecorded", "cpu_capability": "unrecorded", **made_on}
+            made_on = manifest.get("machine")
+            where = ("an unrecorded machine" if made_on is None else
+                     f"{made_on.get('cpu')}, ATen {made_on.get('cpu_capability')}, MKL_CBWR "
+                     f"{made_on.get('MKL_CBWR') or 'unset'}")
             raise ConfigError(
                 f"{path.parent} holds a run made by other code or on another floating-point "
                 f"path (fingerprint {manifest.get('code')}, now {fingerprint()}: "
-                f"`logra.provenance`; the run was made on {made_on.get('cpu')}, ATen "
-                f"{made_on.get('cpu_capability')}, MKL_CBWR {made_on.get('MKL_CBWR')}; this "
-                f"process: {floating_point_path()}); "
-                "set another run_name= or remove the directory")
+                f"`logra.provenance`; the run was made on {where}; this process: "
+                f"{floating_point_path()}); set another run_name= or remove the directory")
         return manifest
     return dict(
         experiment=cfg.EXPERIMENT, seed=config.seed, run_dir=str(path.parent),
