@@ -523,6 +523,26 @@ def test_ranking_verdict_tells_a_real_swap_from_a_tie() -> None:
     assert tqr._swaps([1.0, inf, nan], [1.0, nan, inf], [0.02] * 3) == ([], [])
 
 
+def test_a_seed_that_diverged_before_the_last_evaluation_ranks_its_optimizer_last() -> None:
+    """GaLore's seed 1 diverged after step 3: its mean at step 6 is not seed 0's alone."""
+    cfg = tq.config("smoke")
+    losses = {"adamw": 2.0, "galore": 1.0, "logra-gain": 1.5, "logra-subspace": 1.6}
+    rows = []
+    for method, loss in losses.items():
+        for seed in (0, 1):
+            curve = [dict(step=s, validation_loss=loss + 0.1 * seed + (6 - s) / 10)
+                     for s in (0, 3, 6)]
+            if method == "galore" and seed == 1:
+                curve = curve[:2]
+            rows.append(dict(method=method, seed=seed, study="seeds", chosen=True, curve=curve))
+    table = tqr.ranking_table(pd.DataFrame(rows), cfg).set_index("optimizer")
+    galore = table.loc[tq.label(cfg, "galore")]
+    assert galore["loss at step 3"] == pytest.approx(1.35)  # both seeds still there
+    assert galore["loss at step 6"] == math.inf and math.isnan(galore["seed sd at step 6"])
+    assert galore["place at step 3"] == 1 and galore["place at step 6"] == len(losses)
+    assert table.loc["AdamW", "loss at step 6"] == pytest.approx(2.05)
+
+
 def _chosen_study(tmp_path, scale: float = 1.0, **overrides):
     """A smoke config whose synthetic losses (`_train_past_the_edge`) put AdamW's best rate past
     its grid's low end (scale · 1e-3/3, printed 0.0003 at scale 1) and GaLore's at

@@ -269,20 +269,24 @@ def equal_bytes(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
 def ranking_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
     """Each method's validation loss at its chosen rate (mean over seeds, and their sd at the
     last) at the last two evaluations, and its place in the ranking at each: a run long enough
-    to rank the methods ranks them the same at both (`ranking_verdict`)."""
+    to rank the methods ranks them the same at both (`ranking_verdict`). A seed that diverged
+    by an evaluation (no finite loss there) makes its method's mean infinite there: it ranks
+    last, rather than leaving the mean to the seeds that survived."""
     final = final_runs(frame)
     reference = pd.DataFrame(final.loc[final["method"] == REFERENCE, "curve"].iloc[0])
     before, last = reference["step"].iloc[-2], reference["step"].iloc[-1]
     rows = {}
     for method in cfg.methods:
-        curves = pd.concat(pd.DataFrame(c) for c in final.loc[final["method"] == method, "curve"])
-        by_step = curves.groupby("step")["validation_loss"]
-        mean, sd = by_step.mean(), by_step.std(ddof=1)
-        rows[label(cfg, method)] = [mean.get(before, math.inf), mean.get(last, math.inf),
-                                    sd.get(last, math.nan)]
+        curves = final.loc[final["method"] == method, "curve"]
+        # seed x step; a seed that diverged before a step has no loss there (nan)
+        losses = pd.DataFrame([{p["step"]: p["validation_loss"] for p in c} for c in curves])
+        at = losses.reindex(columns=[before, last])
+        finite = at.map(math.isfinite).all()  # a diverged seed makes its method's mean inf
+        mean = at.mean().where(finite, math.inf)
+        sd = at[last].std(ddof=1) if finite[last] else math.nan
+        rows[label(cfg, method)] = [mean[before], mean[last], sd]
     table = pd.DataFrame(rows, index=[f"loss at step {before}", f"loss at step {last}",
                                       f"seed sd at step {last}"]).T
-    table.iloc[:, :2] = table.iloc[:, :2].fillna(math.inf)  # a diverged mean ranks last
     table[f"place at step {before}"] = table.iloc[:, 0].rank(method="min").astype(int)
     table[f"place at step {last}"] = table.iloc[:, 1].rank(method="min").astype(int)
     changed, _ = _swaps(table.iloc[:, 0].tolist(), table.iloc[:, 1].tolist(),
