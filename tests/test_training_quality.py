@@ -3,8 +3,10 @@ the paired verdicts, and notebook 10 end to end at smoke scale on a corpus the t
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -14,6 +16,7 @@ import torch
 from logra import notebooks
 from logra.config import ConfigError
 from logra.data import text
+from logra.experiments import floating_point as fp
 from logra.experiments import training_quality as tq
 from logra.experiments import training_quality_report as tqr
 
@@ -230,6 +233,30 @@ def test_notebook_writes_the_comparison(executed, task, assert_figure) -> None:
                            ranking.iloc[:, 3].fillna(0.0).tolist())
     assert swaps.tolist() == [sum(i in pair for pair in beyond) for i in range(len(ranking))]
     assert (swaps.sum() > 0) == tqr.ranking_verdict(ranking).startswith("ranking not yet stable")
+
+
+def test_sft_runs_on_two_floating_point_paths_and_ties_what_flips(executed) -> None:
+    """The notebook's default `paths`: SFT once per path (each run cached under its path's
+    key), text once; the verdicts each path gave, and a tie printed where they differ."""
+    cfg = tq.config("smoke", task="sft")
+    listed = pd.read_csv(executed / f"{tq.output_name(cfg, 'paths')}.csv")
+    assert listed.columns.tolist() == ["table", "row", "avx2", "native", "printed"]
+    flips = listed["avx2"] != listed["native"]
+    assert (listed.loc[flips, "printed"] == fp.FLIPS).all()
+    assert (listed.loc[~flips, "printed"] == listed.loc[~flips, "avx2"]).all()
+    summary = pd.read_csv(executed / f"{tq.output_name(cfg)}.csv")
+    assert summary["verdict"].tolist() == listed.loc[listed["table"] == "summary",
+                                                     "printed"].tolist()
+    assert not (executed / f"{tq.output_name(tq.config('smoke'), 'paths')}.csv").exists()
+
+    def copies(sft: bool) -> set[int]:
+        """How many cached files hold each run (method, rate, seed, rank) of a benchmark."""
+        files = [p for p in (executed / tq.EXPERIMENT).glob("*.json")
+                 if p.name.startswith("sft-") == sft]
+        runs = [json.loads(p.read_text()) for p in files]
+        return set(Counter((r["method"], r["lr"], r["seed"], r["rank"]) for r in runs).values())
+
+    assert copies(sft=True) == {2} and copies(sft=False) == {1}
 
 
 def test_the_benchmarks_cache_apart(tmp_path) -> None:

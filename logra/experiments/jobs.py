@@ -48,7 +48,7 @@ def _single_threaded_children() -> Iterator[None]:
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """A spawned worker's initializer: on Linux, ask for SIGTERM when the process that started
     it dies, so that killing a sweep (its parent) does not leave its runs going as orphans
     that still write to the results store; elsewhere nothing. If the parent is already gone,
@@ -111,7 +111,7 @@ def run_jobs(jobs: list[tuple[Callable[..., Any], tuple]], workers: int, desc: s
         return results
     context = multiprocessing.get_context("spawn")
     with _single_threaded_children(), ProcessPoolExecutor(
-            min(workers, len(jobs)), mp_context=context, initializer=_die_with_parent,
+            min(workers, len(jobs)), mp_context=context, initializer=die_with_parent,
             initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(jobs)}
         try:

@@ -6,17 +6,21 @@ again (a run's cache key covers `training_quality.py` and `quality_data.py`, not
 Every comparison is paired by seed: a method's test loss minus the reference's on the same
 seed, with a 95 % t interval over the seeds and the paired t-test's p-value, adjusted by Holm
 over the tests of one table (`logra.stats.holm`); a verdict is "lower" or "higher" where the
-adjusted p < 0.05, else "no difference".
+adjusted p < 0.05, else "no difference". Where the runs were made on several floating-point
+paths (`logra.experiments.floating_point`), a table shows the first path's numbers and prints a
+verdict that differs between the paths as a tie (`across_paths`, `path_verdicts`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from logra.experiments import floating_point
 from logra.experiments.training_quality import (
     REFERENCE,
     Config,
@@ -264,6 +268,27 @@ def equal_bytes(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
                         "verdict": _verdict(mean, adjusted[method], base)})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+Table = Callable[[pd.DataFrame, Config], pd.DataFrame]
+
+
+def across_paths(make: Table, runs: Mapping[str, pd.DataFrame], cfg: Config) -> pd.DataFrame:
+    """`make(frame, cfg)` of the first path's runs, its verdicts kept where the runs of every
+    path of `runs` (path -> runs) give the same and a tie where they differ
+    (`floating_point.verdicts`)."""
+    return floating_point.verdicts({path: make(frame, cfg) for path, frame in runs.items()})
+
+
+def path_verdicts(runs: Mapping[str, pd.DataFrame], cfg: Config) -> pd.DataFrame:
+    """Every verdict of the paired tables (the summary against AdamW, the rules, the recipe
+    ladder, equal bytes) under each path of `runs`, and the one printed
+    (`floating_point.verdict_table`)."""
+    tables: dict[str, Table] = {"summary": summary, "rules": rules_table,
+                                "recipe": recipe_table, "equal bytes": equal_bytes}
+    return floating_point.verdict_table(
+        {name: {path: make(frame, cfg) for path, frame in runs.items()}
+         for name, make in tables.items()})
 
 
 def ranking_table(frame: pd.DataFrame, cfg: Config) -> pd.DataFrame:
