@@ -76,7 +76,7 @@ for task in tasks:
     print(tq.describe(cfg))
     start = time.perf_counter()
     runs = floating_point.run_on_paths((fp_paths or {}).get(task), tq.run, cfg)
-    results[task] = cfg, runs
+    results[task] = cfg, next(iter(runs.values())), runs  # the first path's runs are shown
     print(f"{sum(map(len, runs.values()))} runs in {time.perf_counter() - start:.0f} s")
 
 # %% [markdown]
@@ -89,11 +89,10 @@ for task in tasks:
 # so times compare within one benchmark only). Then whether the runs are long enough: the
 # ranking at the last two evaluations. Then LoGRA's goal, checked. Where a benchmark ran on
 # several floating-point paths, each paired verdict under each path, and the one printed (a tie
-# where they differ); the rest of the notebook shows the first path's runs.
+# where they differ); the ranking, the goal, the curves and the sweeps are the first path's.
 
 # %%
-for cfg, runs in results.values():
-    frame = next(iter(runs.values()))
+for cfg, frame, runs in results.values():
     report.show_table(tqr.across_paths(tqr.summary, runs, cfg).round(4), tq.output_name(cfg),
                       figures_dir)
     if len(runs) > 1:
@@ -110,7 +109,7 @@ for cfg, runs in results.values():
 # LoGRA's rules against its default (`gain`), paired by seed: does carrying momentum help?
 
 # %%
-for cfg, runs in results.values():
+for cfg, _, runs in results.values():
     report.show_table(tqr.across_paths(tqr.rules_table, runs, cfg).round(4),
                       tq.output_name(cfg, "rules"), figures_dir)
 
@@ -121,7 +120,7 @@ for cfg, runs in results.values():
 # and APOLLO's one-sided channel scaling with Fira's norm-growth limiter (the `channel` rule).
 
 # %%
-for cfg, runs in results.values():
+for cfg, _, runs in results.values():
     table = tqr.across_paths(tqr.recipe_table, runs, cfg)
     if len(table):
         report.show_table(table.round(4), tq.output_name(cfg, "recipe"), figures_dir)
@@ -130,8 +129,7 @@ for cfg, runs in results.values():
 # ## 2 · Loss against optimizer memory, and the curves
 
 # %%
-for cfg, runs in results.values():
-    frame = next(iter(runs.values()))
+for cfg, frame, _ in results.values():
     report.show_figure(tqr.plot_pareto(frame, cfg), tq.output_name(cfg, "pareto"), figures_dir)
     report.show_figure(tqr.plot_curves(frame, cfg), tq.output_name(cfg, "curves"), figures_dir)
 
@@ -145,8 +143,7 @@ for cfg, runs in results.values():
 # loss), Holm over the table.
 
 # %%
-for cfg, runs in results.values():
-    frame = next(iter(runs.values()))
+for cfg, frame, runs in results.values():
     report.show_figure(tqr.plot_sweep(frame, cfg), tq.output_name(cfg, "sweep"), figures_dir)
     report.show_table(tqr.sweep_table(frame, cfg).round(4), tq.output_name(cfg, "sweep"),
                       figures_dir)
