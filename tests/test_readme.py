@@ -12,6 +12,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from logra.experiments.floating_point import FLIPS
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 RESULTS = (REPO / "docs" / "results.md").read_text()
@@ -135,7 +137,7 @@ QUALITY_ROWS = {
     "LoGRA channel with APOLLO's recipe": "LoGRA (channel, APOLLO's recipe)",
 }
 VERDICTS = {"reference": "", "no difference": "no difference", "lower than AdamW": "lower",
-            "higher than AdamW": "higher"}
+            "higher than AdamW": "higher", FLIPS: FLIPS}
 
 
 def _ratio(value: float) -> str:
@@ -286,8 +288,7 @@ def test_notebook_10_equal_bytes_numbers_are_the_committed_tables() -> None:
 def test_notebook_10_rank_numbers_are_the_committed_tables() -> None:
     """docs/results.md's bullet on what keeps LoGRA from leading quotes the rank tables
     (figures/training_quality*_ranks.csv): APOLLO's and Fira's loss at ranks 4 / 16 / 64 on
-    both benchmarks, GaLore's on text, the recipe's at rank 64 with its rate, and Fira's seed
-    range at equal bytes."""
+    both benchmarks, GaLore's on text, and Fira's seed range at equal bytes."""
     text = RESULTS
     text = text[text.index("* **What keeps LoGRA from leading"):]
     text = " ".join(text[:text.index("\n* ")].split())
@@ -305,14 +306,32 @@ def test_notebook_10_rank_numbers_are_the_committed_tables() -> None:
         assert f"{optimizer} {' / '.join(losses('sft', optimizer))}" in sft_part, optimizer
         assert losses("sft", optimizer)[1] == min(losses("sft", optimizer))  # "rank 16 best"
     assert "from {} to {} to {} on text".format(*losses("text", "GaLore")) in text
-    recipe = ranks["text"].set_index(["optimizer", "rank"]).loc["LoGRA (channel, APOLLO's recipe)"]
-    assert (f"({recipe.loc[64, 'test loss']:.3f} at lr {recipe.loc[64, 'best lr']:.2g}, against "
-            f"{recipe.loc[16, 'test loss']:.3f} at rank 16)") in text
     fira = [float(x) for x in losses("text", "Fira")]
     assert f"{(fira[1] - fira[2]) / 2:.3f} per doubling" in text
     equal = pd.read_csv(FIGURES / "training_quality_equal_bytes.csv").set_index("optimizer")
     low, high = (float(x) for x in equal.loc["Fira", "seed range"].split("–"))
     assert f"({low:.3f}–{high:.3f})" in text
+
+
+def test_notebook_10_rank_64_numbers_are_the_committed_tables() -> None:
+    """docs/results.md's bullet on LoGRA's rank-64 rows quotes the rank tables: the recipe's
+    loss and rate at ranks 64 and 16 on text, its state there, gain's rate, and SFT's state
+    share and rate at rank 64."""
+    text = RESULTS
+    text = text[text.index("* **LoGRA's rank-64 rows"):]
+    text = " ".join(text[:text.index("\n* ")].split())
+    ranks = {task: pd.read_csv(FIGURES / f"training_quality{suffix}_ranks.csv")
+             .set_index(["optimizer", "rank"]) for task, suffix in (("text", ""), ("sft", "_sft"))}
+    recipe = ranks["text"].loc["LoGRA (channel, APOLLO's recipe)"]
+    assert (f"({recipe.loc[64, 'test loss']:.3f} at lr {recipe.loc[64, 'best lr']:.2g}, against "
+            f"{recipe.loc[16, 'test loss']:.3f} at rank 16)") in text
+    assert (f"{recipe.loc[64, 'state MB']:.2f} MB of state, "
+            f"{recipe.loc[64, 'state / AdamW']:.2f} of AdamW's") in text
+    gain = ranks["text"].loc["LoGRA (gain)"]
+    assert f"{gain.loc[64, 'best lr']:.2g} for gain" in text
+    sft = ranks["sft"].loc["LoGRA (gain)"]
+    assert (f"rank 64: {sft.loc[64, 'state / AdamW']:.2f} of AdamW's state, rate "
+            f"{sft.loc[64, 'best lr']:.2g}") in text
 
 
 def test_notebook_10_best_configuration_numbers_are_the_committed_tables() -> None:
@@ -332,7 +351,7 @@ def test_notebook_10_best_configuration_numbers_are_the_committed_tables() -> No
                   f"{100 * row['state / AdamW']:.0f} %")
         missing = [q for q in quoted if q not in text]
         assert not missing, (suffix, missing)
-        assert row["verdict"] == "lower than AdamW"
+        assert row["verdict"] == ("lower than AdamW" if suffix == "" else FLIPS)
 
 
 def _lr(value: float) -> str:
