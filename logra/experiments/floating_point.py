@@ -95,23 +95,24 @@ def checked(paths: list[str]) -> list[str]:
     return list(paths)
 
 
+def _set_environment(variables: Mapping[str, str | None]) -> None:
+    """Set each of `variables` in `os.environ` (None: remove it)."""
+    for key, value in variables.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @contextmanager
 def _environment(variables: Mapping[str, str | None]) -> Iterator[None]:
     """`os.environ` with `variables` set (None: removed) inside the block, restored after."""
     saved = {key: os.environ.get(key) for key in variables}
     try:
-        for key, value in variables.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environment(variables)
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environment(saved)
 
 
 def _child(parent: int, send: Connection, fn: Callable[..., Any], args: tuple) -> None:
