@@ -125,9 +125,13 @@ def prepare_models(scale: str, names: list[str], log: Callable[[str], object] = 
     return models
 
 
-# The kernel's own log at ERROR: ipykernel 7 warns at every start that a kernel on a local TCP
-# socket is unencrypted, which says nothing about a notebook run on one's own machine.
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+# The kernel's own log at CRITICAL. ipykernel 7 warns at every start that a kernel on a local TCP
+# socket is unencrypted, which says nothing about a notebook run on one's own machine; and
+# jupyter_client interrupts the kernel before every shutdown (KernelManager.shutdown_kernel),
+# which the kernel logs at ERROR ("KeyboardInterrupt caught in kernel.") when the SIGINT lands
+# inside a message handler, as it sometimes does under load. A cell's error is papermill's to
+# report, and a dead kernel nbclient's, so nothing a user needs is in that log.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 def execute(name: str, parameters: dict, executed_dir: str | os.PathLike,

@@ -134,8 +134,10 @@ def test_config_scales_and_errors() -> None:
 
 
 def test_a_notebook_run_prints_no_kernel_log(tmp_path, capfd) -> None:
-    """The kernel logs at ERROR (`notebooks.KERNEL_ARGUMENTS`): ipykernel's warning at every
-    start that its local TCP socket is unencrypted no longer reaches the terminal."""
+    """The kernel logs at CRITICAL (`notebooks.KERNEL_ARGUMENTS`): ipykernel's warning at every
+    start that its local TCP socket is unencrypted no longer reaches the terminal, nor the ERROR
+    it logs when jupyter_client's interrupt before shutdown lands inside a message handler (a
+    race: seen once in a clean-clone CI run with two test workers)."""
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("needs torch.distributed with gloo")
     notebooks.execute("08_communication", {"scale": "smoke", "figures_dir": str(tmp_path)},
